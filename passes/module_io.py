@@ -1,0 +1,76 @@
+"""Reading and writing LLVM modules with llvmlite (LLVM 22.1), shared by the passes."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import llvmlite.binding as llvm
+
+
+@functools.lru_cache(maxsize=1)
+def init_llvm() -> None:
+    """Initialise llvmlite's targets once (NVPTX included)."""
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def parse(data: bytes | str, name: str = "<module>") -> llvm.ModuleRef:
+    """Parse bitcode (bytes starting with ``BC``) or textual IR; raise ValueError naming ``name``."""
+    init_llvm()
+    try:
+        if isinstance(data, bytes) and data[:2] == b"BC":
+            mod = llvm.parse_bitcode(data)
+        else:
+            mod = llvm.parse_assembly(data.decode() if isinstance(data, bytes) else data)
+        mod.verify()
+    except RuntimeError as e:
+        raise ValueError(f"{name} is not valid LLVM IR: {e}") from e
+    return mod
+
+
+def load(path: Path) -> llvm.ModuleRef:
+    return parse(path.read_bytes(), str(path))
+
+
+def is_intrinsic(name: str) -> bool:
+    return name.startswith("llvm.")
+
+
+def defined_functions(mod: llvm.ModuleRef) -> list[llvm.ValueRef]:
+    return [f for f in mod.functions if not f.is_declaration]
+
+
+def declared_functions(mod: llvm.ModuleRef) -> list[llvm.ValueRef]:
+    return [f for f in mod.functions if f.is_declaration and not is_intrinsic(f.name)]
+
+
+def function_attributes(fn: llvm.ValueRef) -> str:
+    """The function's own attribute string (the first entry of llvmlite's attribute list)."""
+    attrs = list(fn.attributes)
+    return attrs[0].decode() if attrs else ""
+
+
+def nvptx_target_machine(cpu: str = "sm_90", features: str = "+ptx86") -> llvm.TargetMachine:
+    init_llvm()
+    target = llvm.Target.from_triple("nvptx64-nvidia-cuda")
+    return target.create_target_machine(cpu=cpu, features=features, opt=3)
+
+
+def optimize(mod: llvm.ModuleRef, level: int = 3, cpu: str = "sm_90") -> None:
+    """Run LLVM's standard -O<level> module pipeline for NVPTX on ``mod`` in place."""
+    tm = nvptx_target_machine(cpu)
+    pto = llvm.create_pipeline_tuning_options(speed_level=level)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def global_dce(mod: llvm.ModuleRef) -> None:
+    """Delete unreferenced internal functions and globals."""
+    tm = nvptx_target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=0)
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_global_dead_code_eliminate_pass()
+    mpm.add_strip_dead_prototype_pass()
+    mpm.run(mod, pb)

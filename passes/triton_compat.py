@@ -1,0 +1,50 @@
+"""Pass `triton-compat`: make textual IR from LLVM 22.1 acceptable to Triton 3.6's LLVM (22.0git).
+
+Text in, text out, and the last step before Triton reads the IR (re-printing with llvmlite would
+re-add what this pass removes). It removes:
+
+* the ``nocreateundeforpoison`` attribute and the ``target_mem0``/``target_mem1`` locations inside
+  ``memory(...)``: Triton's LLVM predates them and refuses to parse the module;
+* the ``"target-cpu"`` and ``"target-features"`` function attributes: they differ from the
+  kernel's and stop Triton's O3 inliner from inlining the raw functions into the kernel;
+* the ``nvvm-reflect-ftz`` module flag (libraries only, ``drop_flags``): Triton sets it to 1,
+  clang writes 0, and the conflict at link time kills the Python process.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DROPPED_ATTRIBUTES = re.compile(r'\s*(?:"target-cpu"="[^"]*"|"target-features"="[^"]*"|\bnocreateundeforpoison\b)')
+_TARGET_MEM = re.compile(r"(?:,\s*)?\btarget_mem\d+:\s*\w+")
+_DROPPED_FLAGS = ("nvvm-reflect-ftz",)
+
+
+def _drop_module_flags(text: str, names: tuple[str, ...]) -> str:
+    ids = []
+    for name in names:
+        for m in re.finditer(rf'^(!\d+) = !\{{i32 \d+, !"{re.escape(name)}", [^}}]*\}}\n', text, re.MULTILINE):
+            ids.append(m.group(1))
+    for node in ids:
+        text = re.sub(rf"^{node} = .*\n", "", text, flags=re.MULTILINE)
+
+        def drop(m: re.Match[str], node: str = node) -> str:
+            items = [x.strip() for x in m.group(1).split(",") if x.strip() and x.strip() != node]
+            return "!llvm.module.flags = !{" + ", ".join(items) + "}"
+
+        text = re.sub(r"^!llvm\.module\.flags = !\{([^}]*)\}", drop, text, flags=re.MULTILINE)
+    return text
+
+
+def _clean_memory(m: re.Match[str]) -> str:
+    inner = _TARGET_MEM.sub("", m.group(1)).strip().lstrip(",").strip()
+    return f"memory({inner})" if inner else ""
+
+
+def triton_compat(text: str, drop_flags: bool = True) -> str:
+    """Apply the removals above; ``drop_flags=False`` keeps module flags (for whole kernels)."""
+    text = _DROPPED_ATTRIBUTES.sub("", text)
+    text = re.sub(r"memory\(([^)]*)\)", _clean_memory, text)
+    if drop_flags:
+        text = _drop_module_flags(text, _DROPPED_FLAGS)
+    return re.sub(r"attributes (#\d+) = \{\s+\}", r"attributes \1 = { nounwind }", text)

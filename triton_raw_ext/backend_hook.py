@@ -1,0 +1,69 @@
+"""The Triton backend hook, installed on import of :mod:`triton_raw_ext`.
+
+It wraps the NVIDIA backend's `llir` stage:
+
+1. Raw libraries: the TTGIR's ``tt.extern_elementwise`` calls into ``triton_raw`` name the `.ll`
+   files to link; they are added to ``extern_libs`` for this compile, so Triton links them before
+   its O3 pipeline, which inlines them into the kernel (the wrappers are ``alwaysinline``).
+2. NVSHMEM: if the optimized kernel IR still declares NVSHMEM functions, NVSHMEM's device bitcode
+   is linked once (:mod:`triton_raw_ext.nvshmem_link`).
+
+It chains with a previously installed ``add_stages_inspection_hook`` (called first), and leaves a
+kernel without raw calls to the stage it found, untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from triton import knobs
+
+from .language import LIBRARY_NAME
+from .nvshmem_link import link_nvshmem
+
+_RAW_LIBPATH = re.compile(rf'libname = "{LIBRARY_NAME}", libpath = "([^"]+)"')
+_HOOK_MARK = "_triton_raw_ext_hook"
+
+
+def raw_libraries(ttgir: str) -> dict[str, str]:
+    """``extern_libs`` entries (name -> path) for the raw libraries that TTGIR text calls into."""
+    paths = sorted(set(_RAW_LIBPATH.findall(ttgir)))
+    return {f"{LIBRARY_NAME}_{i}": path for i, path in enumerate(paths)}
+
+
+def _cpu(capability: int) -> str:
+    return f"sm_{capability}{'a' if capability >= 90 else ''}"
+
+
+def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
+    original = stages["llir"]
+
+    def make_llir(src, metadata):
+        libs = raw_libraries(str(src))
+        if not libs:
+            return original(src, metadata)
+        extern_libs = dict(options.extern_libs or ()) | libs
+        llir = backend.make_llir(src, metadata, dataclasses.replace(options, extern_libs=extern_libs), capability)
+        return link_nvshmem(llir, capability, _cpu(capability), metadata)
+
+    stages["llir"] = make_llir
+
+
+def install() -> None:
+    """Install the stage hook and the module-load hook; safe to call more than once."""
+    previous = knobs.runtime.add_stages_inspection_hook
+    if getattr(previous, _HOOK_MARK, False):
+        return
+
+    def hook(backend, stages, options, language, capability):
+        if previous is not None:
+            previous(backend, stages, options, language, capability)
+        if backend.target.backend == "cuda" and "llir" in stages:
+            _wrap_llir(backend, stages, options, capability)
+
+    setattr(hook, _HOOK_MARK, True)
+    knobs.runtime.add_stages_inspection_hook = hook
+    from .module_init import init_nvshmem_module
+
+    knobs.runtime.kernel_load_end_hook.add(init_nvshmem_module)

@@ -1,0 +1,120 @@
+"""Compiling one `.cu` source into a raw library Triton can link: anonymous NVPTX bitcode, passes.
+
+Pipeline for (source, arch): clang -> NVPTX bitcode with NVSHMEM references left as declarations
+-> `abi-wrappers` -> `unique-symbols` (prefix from the source key) -> `triton-compat` -> ``lib.ll``
+plus ``signature.json`` (exported functions, ABI types, purity, NVSHMEM symbols used). Results are
+cached on disk under ``raw_lib/<key>`` and in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_raw_ext.passes import abi_wrappers, triton_compat, unique_symbols
+from triton_raw_ext.passes.abi_wrappers import WrappedFunction
+from triton_raw_ext.passes.module_io import declared_functions, load
+
+from .cache import digest, get_or_build, write_atomic
+from .errors import RawCompileError
+from .toolchain import find_clang, find_cuda_headers
+
+INCLUDE_DIR = Path(__file__).parent / "include"
+NVSHMEM_PREFIXES = ("nvshmem_", "nvshmemx_", "nvshmemi_")
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Everything that decides what a `.cu` file compiles to, except the target SM."""
+
+    source: Path
+    clang_flags: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+    defines: tuple[str, ...] = ()
+    library: str | None = None
+
+
+@dataclass(frozen=True)
+class RawLibrary:
+    """A compiled raw library for one SM: the `.ll` file Triton links and what it exports."""
+
+    path: Path
+    functions: dict[str, WrappedFunction]  # name in the .cu -> wrapper info
+    unsupported: dict[str, str]  # name in the .cu -> why Triton cannot call it
+    nvshmem_symbols: tuple[str, ...]
+
+
+def clang_command(spec: CompileSpec, arch: int, output: Path) -> list[str]:
+    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``."""
+    clang, cuda = find_clang(), find_cuda_headers()
+    includes = [f"-I{d}" for d in spec.include_dirs]
+    defines = [f"-D{d}" for d in spec.defines]
+    return clang.argv(
+        "-x", "cuda", "--cuda-device-only", "-emit-llvm", "-c", "-O3", "-std=c++17",
+        f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
+        "-fcuda-short-ptr", "-fno-discard-value-names",
+        "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(),
+        *includes, *defines, *spec.clang_flags, str(spec.source), "-o", str(output),
+    )  # fmt: skip
+
+
+def _run_clang(spec: CompileSpec, arch: int, output: Path) -> None:
+    cmd = clang_command(spec, arch, output)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as e:
+        raise RawCompileError(f"clang took over 600 s on {spec.source}: {' '.join(cmd)}") from e
+    if proc.returncode != 0:
+        raise RawCompileError(
+            f"clang failed to compile {spec.source} for sm_{arch}:\n{proc.stderr.strip()}\ncommand: {' '.join(cmd)}"
+        )
+
+
+def _check_library(spec: CompileSpec, nvshmem_symbols: list[str]) -> None:
+    if nvshmem_symbols and spec.library != "nvshmem":
+        raise RawCompileError(
+            f"{spec.source} calls NVSHMEM ({', '.join(nvshmem_symbols[:4])}) but its @dialect does not say "
+            f'library="nvshmem"; add library="nvshmem" so that NVSHMEM is linked into the kernel'
+        )
+
+
+def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        bitcode = Path(tmp) / "raw.bc"
+        _run_clang(spec, arch, bitcode)
+        mod = load(bitcode)
+    nvshmem = sorted(f.name for f in declared_functions(mod) if f.name.startswith(NVSHMEM_PREFIXES))
+    _check_library(spec, nvshmem)
+    report = abi_wrappers(mod)
+    prefix = f"rawext_{key[:12]}_"
+    unique_symbols(mod, prefix)
+    functions = {
+        w.target: {"target": prefix + w.target, "symbol": prefix + w.symbol, "ret": w.ret,
+                   "params": w.params, "pure": w.pure}
+        for w in report.wrapped
+    }  # fmt: skip
+    signature = {"source": str(spec.source), "arch": arch, "functions": functions,
+                 "unsupported": report.unsupported, "nvshmem_symbols": nvshmem}  # fmt: skip
+    write_atomic(folder / "lib.ll", triton_compat(str(mod)))
+    write_atomic(folder / "signature.json", json.dumps(signature, indent=1))
+
+
+@functools.lru_cache(maxsize=256)
+def compile_raw_library(spec: CompileSpec, source_key: str, arch: int) -> RawLibrary:
+    """Compile (or fetch from the cache) ``spec`` for ``sm_<arch>``.
+
+    ``source_key`` must change whenever anything that affects the output changes (see
+    :func:`triton_raw_ext.dialect.RawFunction.cache_key`); it names the cache entry.
+    """
+    key = digest(source_key, str(arch))
+    folder = get_or_build("raw_lib", key, ("lib.ll", "signature.json"), lambda f: _build(spec, arch, key, f))
+    sig = json.loads((folder / "signature.json").read_text())
+    functions = {
+        name: WrappedFunction(f["target"], f["symbol"], f["ret"], [tuple(p) for p in f["params"]], f["pure"])
+        for name, f in sig["functions"].items()
+    }
+    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"], tuple(sig["nvshmem_symbols"]))

@@ -1,0 +1,38 @@
+"""Settings a user may change from Python; each defaults to its environment variable.
+
+``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class _Knobs:
+    """Attribute access reads the override if set, else the environment variable."""
+
+    _env = {"clang": "TRITON_RAW_CLANG", "cache_dir": "TRITON_RAW_CACHE_DIR"}
+
+    def __init__(self) -> None:
+        self._overrides: dict[str, str | None] = {}
+
+    def __getattr__(self, name: str) -> str | None:
+        if name not in _Knobs._env:
+            raise AttributeError(f"unknown knob {name!r}; known: {sorted(_Knobs._env)}")
+        if name in self._overrides:
+            return self._overrides[name]
+        return os.environ.get(_Knobs._env[name]) or None
+
+    def __setattr__(self, name: str, value: str | None) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        if name not in _Knobs._env:
+            raise AttributeError(f"unknown knob {name!r}; known: {sorted(_Knobs._env)}")
+        self._overrides[name] = value
+        from .toolchain import find_clang
+
+        find_clang.cache_clear()
+
+
+knobs = _Knobs()

@@ -1,0 +1,99 @@
+"""In-kernel API: ``raw.call(fn, [args])`` (``import triton_raw_ext.language as raw``).
+
+A call becomes Triton's ``extern_elementwise`` on the function's ABI wrapper: with tensor
+arguments it is applied elementwise and returns a tensor; with scalar and pointer arguments every
+thread of the program runs it once. ``void`` functions return None. Pointers are passed as their
+``int64`` address; a Triton pointer or an ``int64`` value is accepted for a pointer parameter.
+"""
+
+from __future__ import annotations
+
+import triton.language as tl
+from triton.language import core
+
+from .errors import RawCompileError
+
+ABI_DTYPES = {
+    "i1": tl.int1, "i8": tl.int8, "i16": tl.int16, "i32": tl.int32, "i64": tl.int64,
+    "float": tl.float32, "double": tl.float64, "half": tl.float16, "bfloat": tl.bfloat16,
+}  # fmt: skip
+C_NAMES = {
+    "i1": "bool", "i8": "char", "i16": "short", "i32": "int", "i64": "long long", "float": "float",
+    "double": "double", "half": "__half", "bfloat": "__nv_bfloat16", "ptr": "pointer",
+}  # fmt: skip
+LIBRARY_NAME = "triton_raw"
+
+
+def _arch(_semantic) -> int:
+    arch = getattr(_semantic.builder.options, "arch", None)
+    if not isinstance(arch, str) or not arch.startswith("sm"):
+        raise RawCompileError(f"raw CUDA functions need the NVIDIA backend (target arch is {arch!r})")
+    return int(arch[2:].rstrip("a"))
+
+
+def _convert(fn_name: str, param: str, abi: str, value, _semantic) -> core.tensor:
+    """Turn one call argument into the tensor the ABI wrapper expects, or raise naming both types."""
+    where = f"raw function {fn_name}: parameter {param!r} ({C_NAMES[abi]})"
+    if isinstance(value, core.constexpr) or not isinstance(value, core.tensor):
+        raw = value.value if isinstance(value, core.constexpr) else value
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise RawCompileError(f"{where} got the Python value {raw!r}; pass a tensor or a number")
+        if abi == "ptr" or (abi in ABI_DTYPES and ABI_DTYPES[abi].is_int()):
+            if not isinstance(raw, int):
+                raise RawCompileError(f"{where} got the float {raw!r}")
+            dtype = tl.int64 if abi == "ptr" else ABI_DTYPES[abi]
+        else:
+            dtype = ABI_DTYPES[abi]
+        return _semantic.to_tensor(core.constexpr(raw)).to(dtype, _semantic=_semantic)
+    got = value.dtype
+    if abi == "ptr":
+        if got.is_ptr():
+            return _semantic.cast(value, tl.int64)
+        if got in (tl.int64, tl.uint64):
+            return _semantic.bitcast(value, tl.int64) if got == tl.uint64 else value
+        raise RawCompileError(f"{where} got {got}; pass a Triton pointer or an int64 address")
+    want = ABI_DTYPES[abi]
+    if got == want:
+        return value
+    if got.is_int() and want.is_int() and got.primitive_bitwidth == want.primitive_bitwidth:
+        return _semantic.bitcast(value, want)  # unsigned <-> signed of the same width
+    raise RawCompileError(f"{where} expects {want}, got {got}; convert it with .to({want})")
+
+
+def emit_call(fn, args: list, _semantic):
+    """Emit the call of RawFunction ``fn`` with ``args``; see the module docstring."""
+    lib = fn.library(_arch(_semantic))
+    name = fn.extern_func_name
+    info = lib.functions.get(name)
+    if info is None:
+        if name in lib.unsupported:
+            raise RawCompileError(f"raw function {name} in {fn.spec.source} cannot be called from Triton: "
+                                  f"{lib.unsupported[name]}")
+        known = ", ".join(sorted(lib.functions)) or "none"
+        raise RawCompileError(
+            f"function {name!r} not found in {fn.spec.source}; it defines: {known}. Exported functions "
+            f'must be extern "C" __device__ (or set extern_func_name=)'
+        )
+    if len(args) != len(info.params):
+        expected = ", ".join(f"{C_NAMES[t]} {p}" for p, t in info.params)
+        raise RawCompileError(f"raw function {name}({expected}) takes {len(info.params)} arguments, got {len(args)}")
+    converted = [_convert(name, p, abi, a, _semantic) for (p, abi), a in zip(info.params, args, strict=True)]
+    ret_dtype = tl.int32 if info.ret == "void" else ABI_DTYPES[info.ret]
+    key = tuple(t.dtype for t in converted)
+    result = core.extern_elementwise(LIBRARY_NAME, str(lib.path), converted, {key: (info.symbol, ret_dtype)},
+                                     is_pure=info.pure, _semantic=_semantic)
+    return None if info.ret == "void" else result
+
+
+@core.builtin
+def call(fn, args, _semantic=None):
+    """Call raw function ``fn`` (from ``@dialect``) with the list ``args`` inside a kernel."""
+    from .dialect import RawFunction
+
+    if not isinstance(fn, RawFunction):
+        raise RawCompileError(f"raw.call expects a function registered with @dialect, got {fn!r}")
+    if isinstance(args, (core.tuple, tuple, list)):
+        values = list(args.values if isinstance(args, core.tuple) else args)
+    else:
+        values = [args]
+    return emit_call(fn, values, _semantic)

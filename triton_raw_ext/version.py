@@ -1,0 +1,30 @@
+"""The plugin's version and a digest of the code that shapes compiled artifacts."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+_PACKAGE = Path(__file__).parent
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 over the plugin version, the passes, the compile code and the shipped headers.
+
+    Part of every cache key, so that changing the plugin invalidates its cached artifacts and the
+    Triton kernels built from them.
+    """
+    from triton_raw_ext import passes
+
+    files = sorted(Path(passes.__file__).parent.glob("*.py"))
+    files += [_PACKAGE / "cu_compiler.py", _PACKAGE / "nvshmem_link.py"]
+    files += sorted((_PACKAGE / "include").rglob("*.h"))
+    h = hashlib.sha256(__version__.encode())
+    for path in files:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
