@@ -65,7 +65,8 @@ class HostBuild:
 
 
 def find_nvcc() -> str:
-    """nvcc: ``$TRITON_RAW_NVCC``, else ``nvcc`` on PATH, else ``$CUDA_HOME/bin/nvcc``, else /usr/local/cuda."""
+    """nvcc: ``$TRITON_RAW_NVCC``, else ``nvcc`` on PATH, else ``$CUDA_HOME/bin/nvcc``, else "
+    "/usr/local/cuda."""
     override = os.environ.get("TRITON_RAW_NVCC")
     if override:
         if not Path(override).is_file():
@@ -88,9 +89,13 @@ def find_nvcc() -> str:
 def nvcc_version(nvcc: str) -> str:
     """The ``release X.Y, VX.Y.Z`` line of ``nvcc --version``."""
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run(
+            [nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        raise RawRuntimeError(f"`{nvcc} --version` failed ({exc}); check the CUDA toolkit installation") from exc
+        raise RawRuntimeError(
+            f"`{nvcc} --version` failed ({exc}); check the CUDA toolkit installation"
+        ) from exc
     for line in out.splitlines():
         if "release" in line:
             return line.strip()
@@ -137,7 +142,9 @@ def compile_into(build: HostBuild, folder: Path) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as exc:
-        raise RawRuntimeError(f"nvcc did not finish within 600 s building {build.source}: {' '.join(cmd)}") from exc
+        raise RawRuntimeError(
+            f"nvcc did not finish within 600 s building {build.source}: {' '.join(cmd)}"
+        ) from exc
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         output = (proc.stderr + proc.stdout).strip()
@@ -181,7 +188,11 @@ def find_prebuilt(build: HostBuild) -> Path | None:
     for folder in prebuilt_dirs():
         lib = folder / build.library_name
         manifest = folder / f"{build.library_name}.manifest"
-        if lib.is_file() and manifest.is_file() and all(read_manifest(manifest).get(k) == v for k, v in wanted.items()):
+        if (
+            lib.is_file()
+            and manifest.is_file()
+            and all(read_manifest(manifest).get(k) == v for k, v in wanted.items())
+        ):
             return lib
     return None
 

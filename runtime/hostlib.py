@@ -33,11 +33,11 @@ _SIGNATURES: dict[str, tuple[type | None, list[type]]] = {
     "trx_get_unique_id": (ctypes.c_int, [ctypes.c_char_p]),
     "trx_set_device": (ctypes.c_int, [ctypes.c_int]),
     "trx_init_with_unique_id": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_char_p]),
-    "trx_finalize": (None, []),
+    "trx_finalize": (None, [ctypes.c_int]),
     "trx_my_pe": (ctypes.c_int, []),
     "trx_n_pes": (ctypes.c_int, []),
     "trx_malloc": (ctypes.c_void_p, [ctypes.c_size_t]),
-    "trx_free": (ctypes.c_int, [ctypes.c_void_p]),
+    "trx_free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "trx_ptr": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
     "trx_barrier_all_on_stream": (None, [ctypes.c_void_p]),
     "trx_quiet_on_stream": (None, [ctypes.c_void_p]),
@@ -54,11 +54,14 @@ def _version(lib: ctypes.CDLL, func: str) -> tuple[int, int, int]:
     return parts[0].value, parts[1].value, parts[2].value
 
 
-def check_versions(host: tuple[int, int, int], device: tuple[int, int, int], host_path: str, root: Path) -> None:
+def check_versions(
+    host: tuple[int, int, int], device: tuple[int, int, int], host_path: str, root: Path
+) -> None:
     """Raise unless the host library version equals the device bitcode version."""
     if host != device:
         raise RawRuntimeError(
-            f"NVSHMEM version mismatch: the host library this process uses ({host_path or 'unknown file'}) is "
+            f"NVSHMEM version mismatch: the host library this process uses ({host_path or 'unknown file'}) "
+            "is "
             f"{'.'.join(map(str, host))}, but kernels link the device bitcode of NVSHMEM "
             f"{'.'.join(map(str, device))} from {root}. Use one NVSHMEM installation for both: uninstall the "
             f"extra nvidia-nvshmem wheel, point NVSHMEM_HOME at the installation whose libnvshmem_host.so.3 "
@@ -76,12 +79,14 @@ def host_library() -> ctypes.CDLL:
         fn.argtypes = argtypes
     if lib.trx_abi_version() != ABI_VERSION:
         raise RawRuntimeError(
-            f"{lib._name} has helper ABI {lib.trx_abi_version()}, this package expects {ABI_VERSION}: a stale "
+            f"{lib._name} has helper ABI {lib.trx_abi_version()}, this package expects {ABI_VERSION}: a "
+            "stale "
             f"prebuilt library; rebuild it with `cmake --build build` or delete it"
         )
     if lib.trx_unique_id_size() != UNIQUE_ID_BYTES:
         raise RawRuntimeError(
-            f"NVSHMEM's unique id is {lib.trx_unique_id_size()} bytes, this package expects {UNIQUE_ID_BYTES}; "
+            f"NVSHMEM's unique id is {lib.trx_unique_id_size()} bytes, this package expects "
+            f"{UNIQUE_ID_BYTES}; "
             f"use NVSHMEM 3.x"
         )
     install = find_nvshmem()

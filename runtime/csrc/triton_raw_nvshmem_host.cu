@@ -73,8 +73,11 @@ int trx_init_with_unique_id(int rank, int nranks, const void *id) {
     return nvshmemx_hostlib_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr);
 }
 
-// Collective teardown of what trx_init_with_unique_id set up.
-void trx_finalize(void) { nvshmemx_hostlib_finalize(); }
+// Collective teardown of what trx_init_with_unique_id set up; `device` as in trx_free.
+void trx_finalize(int device) {
+    cudaSetDevice(device);
+    nvshmemx_hostlib_finalize();
+}
 
 int trx_my_pe(void) { return nvshmem_my_pe(); }
 int trx_n_pes(void) { return nvshmem_n_pes(); }
@@ -82,10 +85,11 @@ int trx_n_pes(void) { return nvshmem_n_pes(); }
 // Collective. Returns NULL on failure.
 void *trx_malloc(size_t bytes) { return nvshmem_malloc(bytes); }
 
-// Collective. Waits for the device first so that no queued kernel still uses the memory.
-// Returns the cudaError_t of that wait; the memory is freed either way.
-int trx_free(void *ptr) {
-    cudaError_t err = cudaDeviceSynchronize();
+// Collective. Makes `device` current (the caller may be any thread) and waits for it first so that
+// no queued kernel still uses the memory. Returns the cudaError_t of that wait; frees either way.
+int trx_free(void *ptr, int device) {
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
     nvshmem_free(ptr);
     return (int)err;
 }

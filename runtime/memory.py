@@ -1,0 +1,201 @@
+"""Symmetric-heap tensors: allocation with nvshmem_malloc, peer views with nvshmem_ptr, one free each.
+
+Contracts:
+
+* :func:`empty` / :func:`zeros` are **collective**: every PE must call them in the same order with
+  the same sizes (nvshmem_malloc synchronises all PEs).
+* Each allocation is freed exactly once: when the last tensor (or peer view) using it is collected,
+  or at :func:`~triton_raw_ext.runtime.finalize`, whichever comes first. Freeing is collective too
+  (nvshmem_free synchronises all PEs), so drop symmetric tensors at the same point of the program on
+  every PE; a tensor kept alive by a reference cycle is freed whenever the cyclic GC runs, which
+  differs between processes — break such cycles or keep the tensor until finalize(). Tensors still
+  referenced at finalize() point at freed memory afterwards; do not use them.
+* :func:`peer` views share the allocation's lifetime (a view keeps it alive).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from triton_raw_ext.errors import RawRuntimeError
+
+from . import lifecycle
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class _Allocation:
+    ptr: int
+    nbytes: int
+    device: int
+    serial: int
+    freed: bool = False
+    buffer: weakref.ref[_DeviceBuffer] | None = None
+
+
+class _DeviceBuffer:
+    """Device bytes exposed through ``__cuda_array_interface__`` so torch can wrap them.
+
+    ``torch.as_tensor`` keeps this object alive as long as the tensor's storage, so its finalizer is
+    the "storage was collected" signal. An owning buffer frees its allocation then; a peer buffer
+    holds the owning buffer to keep the allocation alive.
+    """
+
+    def __init__(self, ptr: int, nbytes: int, owner: _Allocation | None, keep: _DeviceBuffer | None) -> None:
+        self._ptr = ptr
+        self._nbytes = nbytes
+        self._keep = keep
+        if owner is not None:
+            weakref.finalize(self, _release, owner).atexit = False
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False), "version": 2}
+
+
+_live: dict[int, _Allocation] = {}
+_stats = {"allocated": 0, "freed": 0}
+
+
+def _release(alloc: _Allocation) -> None:
+    """Free ``alloc`` unless finalize() already did (collective)."""
+    with lifecycle.LOCK:
+        if alloc.freed:
+            return
+        alloc.freed = True
+        _live.pop(alloc.ptr, None)
+        _stats["freed"] += 1
+        session = lifecycle.current()
+        if session is None or session.serial != alloc.serial:
+            return
+        err = session.lib.trx_free(alloc.ptr, alloc.device)
+    if err:
+        raise RawRuntimeError(
+            f"freeing a symmetric tensor: cudaDeviceSynchronize reported cudaError {err} (a kernel failed "
+            "earlier; "
+            f"run with CUDA_LAUNCH_BLOCKING=1 to find it); the memory was freed"
+        )
+
+
+def take_outstanding(serial: int) -> list[int]:
+    """Mark every live allocation of session ``serial`` freed; return their pointers in allocation order.
+
+    The caller (finalize) frees them collectively; the allocations' finalizers then do nothing.
+    """
+    with lifecycle.LOCK:
+        ptrs = []
+        for ptr, alloc in list(_live.items()):
+            if alloc.serial == serial:
+                alloc.freed = True
+                _stats["freed"] += 1
+                del _live[ptr]
+                ptrs.append(ptr)
+        return ptrs
+
+
+def heap_stats() -> dict[str, int]:
+    """Counts of symmetric allocations: ``allocated`` and ``freed`` since import, ``live`` now."""
+    with lifecycle.LOCK:
+        return {"allocated": _stats["allocated"], "freed": _stats["freed"], "live": len(_live)}
+
+
+def _as_tensor(buffer: _DeviceBuffer, nbytes: int, dtype: torch.dtype, device: int) -> torch.Tensor:
+    import torch
+
+    raw = torch.as_tensor(buffer, device=f"cuda:{device}")
+    return raw[:nbytes].view(dtype)
+
+
+def empty(
+    shape: int | tuple[int, ...] | list[int] | torch.Size, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """An uninitialised tensor on the symmetric heap of this GPU (collective).
+
+    ``dtype`` defaults to ``torch.get_default_dtype()``. Raises :class:`RawRuntimeError` when
+    NVSHMEM is not initialised or the heap is exhausted.
+    """
+    import torch
+
+    session = lifecycle.require("empty()/zeros()")
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    dtype = dtype or torch.get_default_dtype()
+    numel = 1
+    for d in dims:
+        if d < 0:
+            raise RawRuntimeError(f"empty(): negative dimension {d} in shape {dims}")
+        numel *= d
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    with lifecycle.LOCK:
+        ptr = session.lib.trx_malloc(max(nbytes, 1))
+        if not ptr:
+            raise RawRuntimeError(
+                f"nvshmem_malloc({nbytes}) returned NULL on PE {session.pe}: the symmetric heap is "
+                "exhausted (or the "
+                "PEs asked for different sizes); free symmetric tensors or set NVSHMEM_SYMMETRIC_SIZE "
+                "(e.g. 8G) "
+                f"before init()"
+            )
+        alloc = _Allocation(ptr=ptr, nbytes=nbytes, device=session.device, serial=session.serial)
+        _live[ptr] = alloc
+        _stats["allocated"] += 1
+    buffer = _DeviceBuffer(ptr, max(nbytes, 1), alloc, None)
+    alloc.buffer = weakref.ref(buffer)
+    return _as_tensor(buffer, nbytes, dtype, session.device).view(dims)
+
+
+def zeros(
+    shape: int | tuple[int, ...] | list[int] | torch.Size, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """:func:`empty`, zero-filled on the current stream, followed by :func:`barrier_all` on it.
+
+    Collective. Work queued on the current stream afterwards sees zeros on every PE.
+    """
+    tensor = empty(shape, dtype)
+    tensor.zero_()
+    lifecycle.barrier_all()
+    return tensor
+
+
+def _allocation_of(tensor: torch.Tensor) -> _Allocation:
+    base = tensor.untyped_storage().data_ptr() if tensor.is_cuda else 0
+    alloc = _live.get(base)
+    if alloc is None:
+        raise RawRuntimeError(
+            "peer() needs a symmetric tensor made by triton_raw_ext.runtime.empty()/zeros() (or a view of "
+            "one); "
+            f"this {tuple(tensor.shape)} {tensor.dtype} tensor on {tensor.device} is not on the symmetric "
+            "heap "
+            f"(or its allocation was freed by finalize())"
+        )
+    return alloc
+
+
+def peer(tensor: torch.Tensor, pe: int) -> torch.Tensor:
+    """A view of PE ``pe``'s copy of symmetric ``tensor`` (same shape, strides and dtype).
+
+    Reads and writes through the view are direct loads/stores to the peer's GPU memory, unordered
+    with the peer's own work: synchronise with :func:`barrier_all`. Raises :class:`RawRuntimeError`
+    when ``tensor`` is not symmetric, ``pe`` is out of range, or ``pe`` is not reachable by
+    load/store (``nvshmem_ptr`` returns NULL, e.g. a GPU on another node).
+    """
+    session = lifecycle.require("peer()")
+    if not 0 <= pe < session.n_pes:
+        raise RawRuntimeError(f"peer(): PE {pe} does not exist; PEs are 0..{session.n_pes - 1}")
+    with lifecycle.LOCK:
+        alloc = _allocation_of(tensor)
+        owner = alloc.buffer() if alloc.buffer is not None else None
+        remote = session.lib.trx_ptr(alloc.ptr, pe)
+    if not remote:
+        raise RawRuntimeError(
+            f"PE {pe} is not reachable by load/store from PE {session.pe} (nvshmem_ptr returned NULL: no "
+            "P2P/NVLink "
+            f"path, or another node); move data with NVSHMEM put/get instead of a peer() view"
+        )
+    buffer = _DeviceBuffer(remote, max(alloc.nbytes, 1), None, owner)
+    usable = alloc.nbytes - alloc.nbytes % tensor.element_size()
+    base = _as_tensor(buffer, usable, tensor.dtype, session.device)
+    return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
