@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import llvmlite.binding as llvm
+
 from triton_raw_ext.passes import abi_wrappers, triton_compat, unique_symbols
 from triton_raw_ext.passes.abi_wrappers import WrappedFunction
 from triton_raw_ext.passes.module_io import declared_functions, load
@@ -82,11 +84,22 @@ def _check_library(spec: CompileSpec, nvshmem_symbols: list[str]) -> None:
         )
 
 
-def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+def compile_to_module(spec: CompileSpec, arch: int, workdir: Path | None = None) -> llvm.ModuleRef:
+    """Compile ``spec`` for ``sm_<arch>`` with :func:`clang_command` and parse the bitcode.
+
+    No passes run: the module is clang's output, with NVSHMEM, libdevice and ``vprintf`` left as
+    declarations. The bitcode goes to a temporary folder inside ``workdir`` (default: the system's
+    temporary folder) that is deleted before returning. Raises :class:`RawCompileError` if clang
+    fails, ValueError if its output is not valid IR.
+    """
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         bitcode = Path(tmp) / "raw.bc"
         _run_clang(spec, arch, bitcode)
-        mod = load(bitcode)
+        return load(bitcode)
+
+
+def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
+    mod = compile_to_module(spec, arch, folder)
     nvshmem = sorted(f.name for f in declared_functions(mod) if f.name.startswith(NVSHMEM_PREFIXES))
     _check_library(spec, nvshmem)
     report = abi_wrappers(mod)
