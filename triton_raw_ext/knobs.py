@@ -29,7 +29,10 @@ class _Knobs:
             return
         if name not in _Knobs._env:
             raise AttributeError(f"unknown knob {name!r}; known: {sorted(_Knobs._env)}")
-        self._overrides[name] = value
+        if value is None:
+            self._overrides.pop(name, None)  # back to the environment variable
+        else:
+            self._overrides[name] = value
         from .toolchain import find_clang
 
         find_clang.cache_clear()

@@ -189,7 +189,7 @@ def run(opts: Options) -> str:
                 _run_module_pass(name, mod, opts)
             except ValueError as e:
                 raise PassError(str(e)) from e
-    text = str(mod)
+    text = str(mod).rstrip("\n") + "\n"
     if opts.passes and opts.passes[-1] == TEXT_PASS:
         text = PASSES[TEXT_PASS](text)
     if opts.verify_triton:

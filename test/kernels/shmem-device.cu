@@ -2,6 +2,7 @@
 #include <triton_raw/nvshmem_device.h>
 
 extern "C" __device__ int my_pe(void) { return nvshmem_my_pe(); }
+extern "C" __device__ int n_pes(void) { return nvshmem_n_pes(); }
 
 // Thread 0 writes `value` into `dst` on PE `pe`.
 extern "C" __device__ void put_int(int *dst, int value, int pe) {

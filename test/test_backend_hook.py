@@ -1,0 +1,45 @@
+"""The backend hook chains with a hook installed before it and installs only once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from triton import knobs
+    calls = []
+
+    def earlier_hook(backend, stages, options, language, capability):
+        calls.append(sorted(stages))
+        make_ptx = stages["ptx"]
+        stages["ptx"] = lambda src, metadata: make_ptx(src, metadata) + "// seen by the earlier hook\\n"
+
+    knobs.runtime.add_stages_inspection_hook = earlier_hook
+    import triton_raw_ext
+    from triton_raw_ext.backend_hook import install
+    install()  # a second install must not wrap twice
+    hook = knobs.runtime.add_stages_inspection_hook
+    from conftest import aot
+    from kernels import raw_kernels as k
+    c = aot(k.elementwise_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+            {"BLOCK": 256})
+    assert calls and "llir" in calls[0], calls
+    assert c.asm["ptx"].endswith("// seen by the earlier hook\\n")
+    import re
+    assert not re.search(r"call[^@\\n]*@rawext_", c.asm["llir"]), "raw call left in llir"
+    assert knobs.runtime.add_stages_inspection_hook is hook
+    print("ok", len(calls))
+''')
+
+
+def test_chains_with_an_earlier_hook(tmp_path: Path):
+    script = tmp_path / "chain.py"
+    script.write_text(SCRIPT)
+    out = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok 1"

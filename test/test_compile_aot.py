@@ -1,0 +1,90 @@
+"""Ahead-of-time compiles for sm_90 on a machine without a GPU: the compile path end to end."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import aot, requires_nvshmem
+from kernels import raw_kernels as k
+
+ELF_MAGIC = b"\x7fELF"
+RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|\bcall\b[^@\n]*@rawext_\w+", re.MULTILINE)
+
+
+def _assert_raw_inlined(compiled) -> None:
+    llir = compiled.asm["llir"]
+    assert not RAW_FUNCTION.findall(llir), "a raw function survived Triton's inliner"
+    assert compiled.asm["cubin"][:4] == ELF_MAGIC
+
+
+def _no_nvshmem(compiled) -> None:
+    assert "nvshmem" not in compiled.asm["ptx"]
+    assert "raw_nvshmem" not in compiled.metadata._asdict()
+
+
+@pytest.mark.parametrize("kernel", [k.elementwise_kernel, k.elementwise_direct_kernel])
+def test_elementwise_raw_function(kernel):
+    c = aot(kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
+    _assert_raw_inlined(c)
+    _no_nvshmem(c)
+    assert "add.f32" in c.asm["ptx"] or "add.rn.f32" in c.asm["ptx"]
+
+
+def test_raw_call_and_direct_call_give_the_same_code():
+    sig, const = {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 256}
+    a = aot(k.elementwise_kernel, sig, const).asm["ptx"]
+    b = aot(k.elementwise_direct_kernel, sig, const).asm["ptx"]
+    strip = lambda ptx: re.sub(r"elementwise(_direct)?_kernel", "K", re.sub(r"//.*|\.loc.*|\.file.*", "", ptx))  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+def test_pointer_function_with_syncthreads():
+    c = aot(k.rotate_kernel, {"data_ptr": "*i32", "N": "constexpr"}, {"N": 128})
+    _assert_raw_inlined(c)
+    _no_nvshmem(c)
+    ptx = c.asm["ptx"]
+    assert re.search(r"\bbar\.sync|\bbarrier\.sync", ptx), "__syncthreads() must reach the PTX"
+    assert ".shared" in ptx, "the raw function's __shared__ tile must be in shared memory"
+
+
+def test_two_sources_defining_the_same_helper():
+    c = aot(k.two_sources_kernel, {"x_ptr": "*i32", "y_ptr": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 128})
+    llir = c.asm["llir"]
+    # The files mark `helper` __noinline__, so both copies survive, each under its own prefix.
+    helpers = set(re.findall(r"^define [^@\n]*@(rawext_(\w{12})__Z6helperi)\(", llir, re.MULTILINE))
+    assert len(helpers) == 2 and len({prefix for _, prefix in helpers}) == 2
+    # The exported functions and their wrappers were inlined; only the helpers are called.
+    called = set(re.findall(r"\bcall\b[^@\n]*@(rawext_\w+)\(", llir))
+    assert called == {name for name, _ in helpers}
+    ptx = c.asm["ptx"]
+    assert "100" in ptx  # x + 100 from the first file
+    assert re.search(r"mul\.lo\.s32.*3;|mad\.lo\.s32.*3,|\*3|shl", ptx)  # x * 3 from the second
+
+
+def test_all_abi_types():
+    sig = {"f64_ptr": "*fp64", "i64_ptr": "*i64", "f16_ptr": "*fp16", "bf16_ptr": "*bf16", "i32_ptr": "*i32",
+           "out_ptr": "*i32", "BLOCK": "constexpr"}
+    c = aot(k.types_kernel, sig, {"BLOCK": 128})
+    _assert_raw_inlined(c)
+    ptx = c.asm["ptx"]
+    assert "mul.rn.f64" in ptx or "mul.f64" in ptx
+    assert "add.f16" in ptx or "add.rn.f16" in ptx
+    assert "bf16" in ptx
+
+
+@requires_nvshmem
+def test_nvshmem_kernel_links_nvshmem_once():
+    sig = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
+    c = aot(k.ring_kernel, sig, {"BLOCK": 128})
+    _assert_raw_inlined(c)
+    ptx = c.asm["ptx"]
+    state = re.search(r"\.visible \.(?:global|const) .*nvshmemi_device_state_d\[", ptx)
+    assert state, "NVSHMEM's device state must be defined in the PTX"
+    externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", ptx))
+    assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"
+    assert set(c.metadata.raw_nvshmem) == {
+        "nvshmem_barrier_all", "nvshmem_int_p", "nvshmem_my_pe", "nvshmem_n_pes", "nvshmem_ptr",
+        "nvshmem_signal_wait_until", "nvshmemx_putmem_signal_block",
+    }  # fmt: skip
+    assert len(re.findall(r"\.visible \.\w+ .*\bnvshmemi_device_state_d\[", ptx)) == 1

@@ -1,0 +1,210 @@
+"""Every bad input gives one clear error that names the cause and the fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import triton
+import triton.language as tl
+from conftest import KERNELS, aot, requires_nvshmem
+
+import triton_raw_ext.language as raw
+from triton_raw_ext import RawCompileError, dialect, knobs, nvshmem_install
+from triton_raw_ext.toolchain import find_clang
+
+SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}
+
+
+def _compile_error(kernel, signature=SIG, constexprs=None) -> str:
+    """Compile ``kernel`` and return the text of the error it must raise."""
+    with pytest.raises(Exception) as info:  # Triton wraps errors from builtins in CompilationError
+        aot(kernel, signature, constexprs or {"BLOCK": 128})
+    text = str(info.value)
+    if info.value.__cause__ is not None:
+        text += "\n" + str(info.value.__cause__)
+    return text
+
+
+@pytest.fixture
+def fresh_clang():
+    yield
+    knobs.clang = None
+    find_clang.cache_clear()
+
+
+def _copy_kernel_dir(tmp_path: Path) -> Path:
+    dst = tmp_path / "kernels"
+    shutil.copytree(KERNELS, dst, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    return dst
+
+
+def test_clang_missing(fresh_clang):
+    knobs.clang = "/nonexistent/clang-22"
+    with pytest.raises(RawCompileError, match=r"TRITON_RAW_CLANG=/nonexistent/clang-22 does not run.*apt-get install"):
+        find_clang()
+
+
+def test_clang_too_old(fresh_clang, tmp_path):
+    fake = tmp_path / "clang"
+    fake.write_text("#!/bin/sh\necho 'Debian clang version 14.0.6'\n")
+    fake.chmod(0o755)
+    knobs.clang = str(fake)
+    with pytest.raises(RawCompileError, match=r"is clang 14; clang >= 20 is needed.*clang-22"):
+        find_clang()
+
+
+def test_clang_missing_reaches_the_kernel_compile(fresh_clang):
+    @dialect(name="cuda", file="kernels/add-device.cu")
+    def add_one(x): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, add_one(tl.load(x_ptr + offs)))
+
+    knobs.clang = "/nonexistent/clang-22"
+    assert "apt-get install clang-22" in _compile_error(kernel)
+
+
+def test_syntax_error_shows_clang_diagnostics():
+    @dialect(name="cuda", file="kernels/bad-syntax-device.cu")
+    def broken(x): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, broken(tl.load(x_ptr + offs)))
+
+    text = _compile_error(kernel)
+    assert "clang failed to compile" in text
+    assert "bad-syntax-device.cu:2:" in text and "expected expression" in text
+
+
+def test_function_not_found_lists_what_exists():
+    @dialect(name="cuda", file="kernels/add-device.cu", extern_func_name="add_two")
+    def add_two(x): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, raw.call(add_two, [tl.load(x_ptr + offs)]))
+
+    text = _compile_error(kernel)
+    assert "function 'add_two' not found" in text and "it defines: add_one, add_one_i32" in text
+
+
+def test_wrong_arity():
+    @dialect(name="cuda", file="kernels/add-device.cu")
+    def add_one(x): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        tl.store(y_ptr + offs, raw.call(add_one, [x, x]))
+
+    assert "add_one(float x) takes 1 arguments, got 2" in _compile_error(kernel)
+
+
+def test_wrong_type_names_function_parameter_and_both_types():
+    @dialect(name="cuda", file="kernels/add-device.cu")
+    def add_one(x): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, add_one(tl.load(x_ptr + offs)))
+
+    text = _compile_error(kernel, {"x_ptr": "*i32", "y_ptr": "*fp32", "BLOCK": "constexpr"})
+    assert "raw function add_one: parameter 'x' (float) expects fp32, got int32" in text
+
+
+def test_pointer_parameter_rejects_float():
+    @dialect(name="cuda", file="kernels/shift-device.cu")
+    def rotate_block(data, n): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        rotate_block(tl.load(x_ptr), 4)
+
+    assert "parameter 'data' (pointer) got fp32; pass a Triton pointer or an int64 address" in _compile_error(kernel)
+
+
+def test_unknown_library_and_dialect():
+    with pytest.raises(RawCompileError, match=r"unknown library 'mpi'; supported: nvshmem"):
+        dialect(name="cuda", file="kernels/add-device.cu", library="mpi")
+    with pytest.raises(RawCompileError, match=r"unknown dialect 'hip'; supported: cuda"):
+        dialect(name="hip", file="kernels/add-device.cu")
+
+
+def test_file_not_found():
+    with pytest.raises(RawCompileError, match=r"file 'kernels/nope-device.cu' not found \(looked for .*test/kernels/"):
+
+        @dialect(name="cuda", file="kernels/nope-device.cu")
+        def nope(x): ...
+
+
+def test_nvshmem_use_without_library_declared():
+    @dialect(name="cuda", file="kernels/shmem-device.cu")
+    def my_pe(): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        tl.store(y_ptr, my_pe().to(tl.float32))
+
+    assert 'add library="nvshmem"' in _compile_error(kernel)
+
+
+def test_call_outside_a_kernel():
+    @dialect(name="cuda", file="kernels/add-device.cu")
+    def add_one(x): ...
+
+    with pytest.raises(RawCompileError, match="can only be called inside a @triton.jit function"):
+        add_one(1.0)
+
+
+@pytest.fixture
+def no_nvshmem(monkeypatch):
+    nvshmem_install._find_cached.cache_clear()
+    monkeypatch.setattr(nvshmem_install, "_candidate_roots", lambda: [])
+    yield
+    nvshmem_install._find_cached.cache_clear()
+
+
+def test_nvshmem_not_installed(no_nvshmem):
+    @dialect(name="cuda", file="kernels/shmem-device.cu", library="nvshmem")
+    def my_pe(): ...
+
+    @triton.jit
+    def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        tl.store(y_ptr, my_pe().to(tl.float32))
+
+    assert "pip install nvidia-nvshmem-cu13" in _compile_error(kernel)
+
+
+@requires_nvshmem
+def test_no_bitcode_for_the_arch(tmp_path, monkeypatch):
+    real = nvshmem_install.find_nvshmem()
+    fake = tmp_path / "nvshmem"
+    shutil.copytree(real.include_dir, fake / "include")
+    (fake / "lib").mkdir()
+    (fake / "lib" / "libnvshmem_device_sm_100.bc").write_bytes(b"BC not really")
+    monkeypatch.setenv("NVSHMEM_HOME", str(fake))
+    nvshmem_install._find_cached.cache_clear()
+    try:
+        @dialect(name="cuda", file="kernels/shmem-device.cu", library="nvshmem")
+        def my_pe(): ...
+
+        @triton.jit
+        def kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+            tl.store(y_ptr, my_pe().to(tl.float32))
+
+        text = _compile_error(kernel)
+        assert "ships no device bitcode usable for sm_90 (found: libnvshmem_device_sm_100.bc)" in text
+    finally:
+        monkeypatch.delenv("NVSHMEM_HOME")
+        nvshmem_install._find_cached.cache_clear()
+    assert os.environ.get("NVSHMEM_HOME") is None
