@@ -25,5 +25,6 @@ def link_library(kernel: llvm.ModuleRef, library: llvm.ModuleRef, keep_globals: 
     for gv in kernel.global_variables:
         if not gv.is_declaration and gv.name not in own_globals and gv.name not in keep_globals:
             gv.linkage = llvm.Linkage.internal
+    names = sorted(f.name for f in linked)  # read before -O3 deletes the inlined functions
     optimize(kernel, 3, cpu)
-    return sorted(f.name for f in linked)
+    return names
