@@ -1,0 +1,26 @@
+# Source this on the GPU machine (repo root): installs the plugin into /tmp/site, provides clang
+# from the Debian packages carried in .debs/ (the machine has no clang and no registry access),
+# sets the NVLink-multicast-off variables, and collects results under $RESULTS.
+set -euo pipefail
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+if ! command -v clang-22 >/dev/null && [ -d .debs ]; then
+  root=/tmp/clang-root
+  if [ ! -x "$root/usr/lib/llvm-22/bin/clang" ]; then
+    for deb in .debs/*.deb; do dpkg -x "$deb" "$root"; done
+  fi
+  cat > "$root/clang" <<WRAP
+#!/bin/sh
+LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/llvm-22/lib exec $root/usr/lib/llvm-22/bin/clang "\$@"
+WRAP
+  chmod +x "$root/clang"
+  export TRITON_RAW_CLANG="$root/clang"
+fi
+if [ ! -d /tmp/site/triton_raw_ext ]; then
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . >/tmp/pip.log 2>&1 \
+    || { cat /tmp/pip.log; exit 1; }
+fi
+export PYTHONPATH=/tmp/site
+export RESULTS=${RESULTS:-/tmp/results}
+mkdir -p "$RESULTS"
+start_mps() { nvidia-cuda-mps-control -d 2>/dev/null || true; }
+stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null || true; }
