@@ -4,11 +4,19 @@
 gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.backend_hook`).
 """
 
-from .backend_hook import install as _install_backend_hook
-from .dialect import RawFunction, dialect
-from .errors import RawCompileError, RawRuntimeError
-from .knobs import knobs
-from .version import __version__
+from pathlib import Path as _Path
+
+# In a source checkout the `passes/` and `runtime/` folders sit beside this package (installs map
+# them to triton_raw_ext.passes and triton_raw_ext.runtime): serve them from there too.
+_checkout = _Path(__file__).resolve().parent.parent
+if not (_Path(__file__).parent / "passes").is_dir() and (_checkout / "passes" / "__init__.py").is_file():
+    __path__.append(str(_checkout))
+
+from .backend_hook import install as _install_backend_hook  # noqa: E402
+from .dialect import RawFunction, dialect  # noqa: E402
+from .errors import RawCompileError, RawRuntimeError  # noqa: E402
+from .knobs import knobs  # noqa: E402
+from .version import __version__  # noqa: E402
 
 _install_backend_hook()
 

@@ -19,7 +19,7 @@ if [ ! -d /tmp/site/triton_raw_ext ]; then
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . >/tmp/pip.log 2>&1 \
     || { cat /tmp/pip.log; exit 1; }
 fi
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 export RESULTS=${RESULTS:-/tmp/results}
 mkdir -p "$RESULTS"
 start_mps() { nvidia-cuda-mps-control -d 2>/dev/null || true; }
