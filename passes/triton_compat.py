@@ -4,7 +4,9 @@ Text in, text out, and the last step before Triton reads the IR (re-printing wit
 re-add what this pass removes). It removes:
 
 * the ``nocreateundeforpoison`` attribute and the ``target_mem0``/``target_mem1`` locations inside
-  ``memory(...)``: Triton's LLVM predates them and refuses to parse the module;
+  ``memory(...)``: Triton's LLVM predates them and refuses to parse the module. Their access is
+  added to every other location's (Triton's LLVM counts that memory under some other location),
+  so the memory effects only ever widen;
 * the ``"target-cpu"`` and ``"target-features"`` function attributes: they differ from the
   kernel's and stop Triton's O3 inliner from inlining the raw functions into the kernel;
 * the ``nvvm-reflect-ftz`` module flag (libraries only, ``drop_flags``): Triton sets it to 1,
@@ -16,7 +18,8 @@ from __future__ import annotations
 import re
 
 _DROPPED_ATTRIBUTES = re.compile(r'\s*(?:"target-cpu"="[^"]*"|"target-features"="[^"]*"|\bnocreateundeforpoison\b)')
-_TARGET_MEM = re.compile(r"(?:,\s*)?\btarget_mem\d+:\s*\w+")
+_ACCESS_BITS = {"none": 0, "read": 1, "write": 2, "readwrite": 3}
+_ACCESS_NAMES = {bits: name for name, bits in _ACCESS_BITS.items()}
 _DROPPED_FLAGS = ("nvvm-reflect-ftz",)
 
 
@@ -37,8 +40,21 @@ def _drop_module_flags(text: str, names: tuple[str, ...]) -> str:
 
 
 def _clean_memory(m: re.Match[str]) -> str:
-    inner = _TARGET_MEM.sub("", m.group(1)).strip().lstrip(",").strip()
-    return f"memory({inner})" if inner else ""
+    """Drop the target_mem locations, adding their access to every remaining location's."""
+    default, located, target = 0, {}, 0
+    for item in (x.strip() for x in m.group(1).split(",") if x.strip()):
+        location, _, access = (p.strip() for p in item.rpartition(":"))
+        if not location:
+            default = _ACCESS_BITS[access]
+        elif location.startswith("target_mem"):
+            target |= _ACCESS_BITS[access]
+        else:
+            located[location] = _ACCESS_BITS[access]
+    default |= target
+    parts = [f"{loc}: {_ACCESS_NAMES[bits | target]}" for loc, bits in located.items() if bits | target != default]
+    if default or not parts:
+        parts.insert(0, _ACCESS_NAMES[default])
+    return f"memory({', '.join(parts)})"
 
 
 def triton_compat(text: str, drop_flags: bool = True) -> str:
