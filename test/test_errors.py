@@ -208,3 +208,26 @@ def test_no_bitcode_for_the_arch(tmp_path, monkeypatch):
         monkeypatch.delenv("NVSHMEM_HOME")
         nvshmem_install._find_cached.cache_clear()
     assert os.environ.get("NVSHMEM_HOME") is None
+
+
+def test_lossless_widening_is_accepted_and_narrowing_is_not():
+    @dialect(name="cuda", file="kernels/types-device.cu")
+    def add_i64(x, y): ...
+
+    @dialect(name="cuda", file="kernels/types-device.cu")
+    def twice_f16(x): ...
+
+    @triton.jit
+    def widen(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)  # int32 into long long: fine
+        tl.store(y_ptr + offs, add_i64(x, x).to(tl.float32))
+
+    @triton.jit
+    def narrow(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, twice_f16(tl.load(x_ptr + offs)).to(tl.float32))  # fp32 into __half: no
+
+    c = aot(widen, {"x_ptr": "*i32", "y_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 128})
+    assert "arith.extsi" in c.asm["ttir"] and c.asm["cubin"][:4] == b"\x7fELF"
+    assert "parameter 'x' (__half) expects fp16, got fp32" in _compile_error(narrow)

@@ -4,6 +4,9 @@ A call becomes Triton's ``extern_elementwise`` on the function's ABI wrapper: wi
 arguments it is applied elementwise and returns a tensor; with scalar and pointer arguments every
 thread of the program runs it once. ``void`` functions return None. Pointers are passed as their
 ``int64`` address; a Triton pointer or an ``int64`` value is accepted for a pointer parameter.
+Arguments must have the parameter's type, except conversions C makes without loss (a narrower
+integer to a wider signed one, fp16/bf16 to fp32, fp32 to fp64) and signed/unsigned integers of
+the same width; anything else is a compile error naming the function, parameter and both types.
 """
 
 from __future__ import annotations
@@ -29,6 +32,18 @@ def _arch(_semantic) -> int:
     if not isinstance(arch, str) or not arch.startswith("sm"):
         raise RawCompileError(f"raw CUDA functions need the NVIDIA backend (target arch is {arch!r})")
     return int(arch[2:].rstrip("a"))
+
+
+def _widens_losslessly(got: tl.dtype, want: tl.dtype) -> bool:
+    """int32 -> int64, fp16/bf16 -> fp32, fp32 -> fp64: what C converts implicitly without loss."""
+    if got.is_int() and want.is_int() and not got.is_int1():
+        wider = want.primitive_bitwidth > got.primitive_bitwidth
+        return wider and (want.is_int_signed() or got.is_int_unsigned())
+    if got.is_floating() and want.is_floating():
+        exact = {(tl.float16, tl.float32), (tl.bfloat16, tl.float32), (tl.float16, tl.float64),
+                 (tl.bfloat16, tl.float64), (tl.float32, tl.float64)}
+        return (got, want) in exact
+    return False
 
 
 def _convert(fn_name: str, param: str, abi: str, value, _semantic) -> core.tensor:
@@ -57,6 +72,8 @@ def _convert(fn_name: str, param: str, abi: str, value, _semantic) -> core.tenso
         return value
     if got.is_int() and want.is_int() and got.primitive_bitwidth == want.primitive_bitwidth:
         return _semantic.bitcast(value, want)  # unsigned <-> signed of the same width
+    if _widens_losslessly(got, want):
+        return _semantic.cast(value, want)
     raise RawCompileError(f"{where} expects {want}, got {got}; convert it with .to({want})")
 
 
