@@ -26,8 +26,9 @@ import triton_raw_ext  # noqa: E402
 def measure(kernel, x: torch.Tensor, y: torch.Tensor, block: int) -> float:
     n = x.numel()
     grid = (triton.cdiv(n, block),)
-    return triton.testing.do_bench(lambda: kernel[grid](x, y, n, BLOCK=block), warmup=100, rep=500,
-                                   return_mode="median")
+    return triton.testing.do_bench(
+        lambda: kernel[grid](x, y, n, BLOCK=block), warmup=100, rep=500, return_mode="median"
+    )
 
 
 def main() -> None:
@@ -54,11 +55,19 @@ def main() -> None:
         "benchmark": "elementwise_bandwidth",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(),
-        "versions": {"torch": torch.__version__, "triton": triton.__version__,
-                     "triton_raw_ext": triton_raw_ext.__version__, "cuda": torch.version.cuda},
+        "versions": {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "triton_raw_ext": triton_raw_ext.__version__,
+            "cuda": torch.version.cuda,
+        },
         "command": " ".join([sys.executable, *sys.argv]),
-        "elements": n, "bytes_moved": moved, "block": args.block,
-        "ms_samples": results, "ms_median": median, "tb_per_s": tbps,
+        "elements": n,
+        "bytes_moved": moved,
+        "block": args.block,
+        "ms_samples": results,
+        "ms_median": median,
+        "tb_per_s": tbps,
         "raw_over_triton_bandwidth": tbps["raw"] / tbps["triton"],
         "goal": ">= 0.98",
     }
