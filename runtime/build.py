@@ -33,6 +33,7 @@ from triton_raw_ext.nvshmem_install import find_nvshmem
 
 CACHE_KIND = "host_lib"
 DEFAULT_RDC_ARCH = "sm_90"
+DEFAULT_CUDA_HOME = "/usr/local/cuda"
 _BASE_FLAGS = ("-O2", "-std=c++17", "-Xcompiler", "-fPIC", "-shared")
 
 
@@ -75,7 +76,7 @@ def find_nvcc() -> str:
     on_path = shutil.which("nvcc")
     if on_path:
         return on_path
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+    for home in (os.environ.get("CUDA_HOME"), DEFAULT_CUDA_HOME):
         if home and (Path(home) / "bin" / "nvcc").is_file():
             return str(Path(home) / "bin" / "nvcc")
     raise RawRuntimeError(

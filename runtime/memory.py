@@ -161,8 +161,7 @@ def zeros(
 
 
 def _allocation_of(tensor: torch.Tensor) -> _Allocation:
-    base = tensor.untyped_storage().data_ptr() if tensor.is_cuda else 0
-    alloc = _live.get(base)
+    alloc = _live.get(tensor.untyped_storage().data_ptr())
     if alloc is None:
         raise RawRuntimeError(
             "peer() needs a symmetric tensor made by triton_raw_ext.runtime.empty()/zeros() (or a view of "
