@@ -1,0 +1,157 @@
+"""Tutorial 2 (AllGather-GEMM), pure-Python parts on CPU: tile order, push order, shapes, configs,
+references and timing summaries; the kernel's tile mapping is checked against the Python one in
+Triton's interpreter (a subprocess, since TRITON_INTERPRET must be set before kernels are made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "02-allgather-gemm"
+sys.path.insert(0, str(TUTORIAL))
+
+import ag_reference as reference  # noqa: E402
+import ag_schedule as schedule  # noqa: E402
+import ag_timing as timing  # noqa: E402
+
+CASES = [(rank, world, mt, npn, g) for world in (1, 2, 3, 4, 8) for rank in range(world)
+         for mt, npn, g in ((1, 1, 8), (3, 5, 2), (8, 4, 8), (4, 7, 3))]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rank", "world", "mt", "npn", "group"), CASES)
+def test_tile_coords_cover_every_tile_once_and_rotate(rank, world, mt, npn, group):
+    tiles = [schedule.tile_coords(t, rank, world, mt, npn, group) for t in range(mt * world * npn)]
+    assert sorted((pm, pn) for pm, pn, _ in tiles) == [(pm, pn) for pm in range(mt * world) for pn in range(npn)]
+    assert all(src == pm // mt for pm, _, src in tiles), "src must be the owner rank of the tile's rows"
+    steps = [(src - rank) % world for _, _, src in tiles]
+    # Local shard first, then rank+1, ...: the rotation step never decreases along the tile order
+    # beyond a group straddling two ranks (at most group-1 rows of look-back).
+    assert steps[0] == 0
+    first_seen = [steps.index(s) for s in range(world)]
+    assert first_seen == sorted(first_seen)
+    for s in range(1, world):
+        # every tile of step s-1 starts before the last tile of step s ... and all local tiles are
+        # among the first local-count + (group-1)*npn tiles
+        assert max(i for i, x in enumerate(steps) if x == s - 1) < max(i for i, x in enumerate(steps) if x == s)
+    local = [i for i, x in enumerate(steps) if x == 0]
+    assert max(local) < mt * npn + (group - 1) * npn
+
+
+def test_tile_order_groups_rows_for_b_reuse():
+    # With GROUP_M rows per group, consecutive tiles cycle through the group's rows at one column.
+    tiles = [schedule.tile_coords(t, 0, 1, 16, 4, 8) for t in range(16)]
+    assert [pm for pm, _, _ in tiles[:8]] == list(range(8)) and {pn for _, pn, _ in tiles[:8]} == {0}
+
+
+def test_kernel_tile_coords_match_python_in_interpreter(tmp_path):
+    script = tmp_path / "interp.py"
+    script.write_text(f"""
+import json, sys
+sys.path.insert(0, {str(TUTORIAL)!r})
+import torch, triton, triton.language as tl
+import ag_kernels
+CASES = {json.dumps([c for c in CASES if c[1] in (1, 3, 4)])}
+@triton.jit
+def coords(out_ptr, rank, world, mt, npn, GROUP_M: tl.constexpr):
+    t = tl.program_id(0)
+    pm, pn, src = ag_kernels._tile_coords(t, rank, world, mt, npn, GROUP_M)
+    tl.store(out_ptr + 3 * t, pm)
+    tl.store(out_ptr + 3 * t + 1, pn)
+    tl.store(out_ptr + 3 * t + 2, src)
+res = []
+for rank, world, mt, npn, g in CASES:
+    n = mt * world * npn
+    out = torch.full((3 * n,), -1, dtype=torch.int32)
+    coords[(n,)](out, rank, world, mt, npn, GROUP_M=g)
+    res.append(out.view(n, 3).tolist())
+print(json.dumps(res))
+""")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    cases = [c for c in CASES if c[1] in (1, 3, 4)]
+    for (rank, world, mt, npn, g), rows in zip(cases, got, strict=True):
+        want = [list(schedule.tile_coords(t, rank, world, mt, npn, g)) for t in range(mt * world * npn)]
+        assert rows == want, (rank, world, mt, npn, g)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_push_order_serves_destinations_in_order_of_need(world):
+    for rank in range(world):
+        order = schedule.push_order(rank, world)
+        assert sorted(order) == sorted(set(range(world)) - {rank})
+        need = [(rank - dst) % world for dst in order]  # position of `rank` in dst's walk
+        assert need == sorted(need) == list(range(1, world))
+
+
+def test_check_shapes_accepts_issue_shapes_and_explains_rejections():
+    for m, n, k in ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
+                    (4096, 8192, 28672)):
+        schedule.check_shapes(m, n, k, schedule.DEFAULT_CONFIG)
+    with pytest.raises(ValueError, match="multiple of BLOCK_M=128"):
+        schedule.check_shapes(1000, 1024, 1024, schedule.DEFAULT_CONFIG)
+    with pytest.raises(ValueError, match="16 bytes"):
+        schedule.check_shapes(1024, 1024, 1020, schedule.DEFAULT_CONFIG)
+    with pytest.raises(ValueError, match="positive"):
+        schedule.check_shapes(0, 1024, 1024, schedule.DEFAULT_CONFIG)
+    with pytest.raises(ValueError, match="shared memory"):
+        schedule.check_shapes(1024, 1024, 1024, schedule.GemmConfig(num_stages=6))
+
+
+def test_candidate_configs_fit_and_are_distinct():
+    descs = [c.describe() for c in schedule.CANDIDATE_CONFIGS]
+    assert len(set(descs)) == len(descs)
+    assert schedule.CANDIDATE_CONFIGS[0] == schedule.DEFAULT_CONFIG
+    for c in schedule.CANDIDATE_CONFIGS:
+        assert c.smem_bytes() <= schedule.SMEM_LIMIT_BYTES
+        assert 4096 % c.block_m == 0 and 1024 % c.block_m == 0
+
+
+def test_workspace_and_flops():
+    assert schedule.workspace_bytes(4096, 8192, 2) == 2 * 4096 * 8192 * 2 + 16
+    assert schedule.workspace_bytes(128, 64, 5) == 5 * 128 * 64 * 2 + 32
+    assert schedule.gemm_flops(4096, 8192, 8192, 1) == 2.0 * 4096 * 8192 * 8192
+
+
+def test_inputs_are_deterministic_per_rank_and_call():
+    a0, b0 = reference.make_inputs(64, 32, 48, torch.bfloat16, 7, 0, 1, "cpu")
+    a1, b1 = reference.make_inputs(64, 32, 48, torch.bfloat16, 7, 0, 1, "cpu")
+    assert torch.equal(a0, a1) and torch.equal(b0, b1)
+    assert not torch.equal(a0, reference.make_inputs(64, 32, 48, torch.bfloat16, 7, 1, 1, "cpu")[0])
+    assert not torch.equal(a0, reference.make_inputs(64, 32, 48, torch.bfloat16, 7, 0, 2, "cpu")[0])
+    gathered = reference.rebuild_gathered(64, 32, 48, torch.bfloat16, 7, 0, 3, "cpu")
+    assert gathered.shape == (192, 48) and torch.equal(gathered[64:128], a0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tolerance_passes_output_rounding_and_fails_a_wrong_tile(dtype):
+    a, b = reference.make_inputs(256, 128, 512, dtype, 0, 0, 0, "cpu")
+    ref = reference.reference(a, b)
+    rounded = ref.to(dtype)
+    err = reference.relative_error(rounded, ref)
+    assert err < reference.TOLERANCE[dtype] / 2
+    wrong = rounded.clone()
+    wrong[:64, :64] = reference.reference(a[64:128], b)[:, :64].to(dtype)  # one tile from the wrong rows
+    assert reference.relative_error(wrong, ref) > reference.TOLERANCE[dtype]
+    poisoned = rounded.clone()
+    poisoned[3, 5] = float("nan")
+    assert reference.relative_error(poisoned, ref) != reference.relative_error(poisoned, ref)  # NaN
+
+
+def test_timing_summaries():
+    assert timing.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert timing.percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)
+    s = timing.summarize([1.0, 2.0, 3.0, 4.0])
+    assert (s["p50"], s["min"], s["mean"], s["n"]) == (2.5, 1.0, 2.5, 4)
+    assert timing.rank_max([[1.0, 5.0], [2.0, 3.0]]) == [2.0, 5.0]
+    with pytest.raises(ValueError):
+        timing.rank_max([[1.0], [1.0, 2.0]])
+    with pytest.raises(ValueError):
+        timing.percentile([], 50)

@@ -1,0 +1,291 @@
+"""AllGather-GEMM with the all-gather hidden behind a persistent Triton GEMM.
+
+``op = AllGatherGEMM(m_per_rank, n_per_rank, k, dtype)`` then ``c = op(a, b)`` on every rank:
+``a`` [m_per_rank, k] is this rank's shard of A, ``b`` [k, n_per_rank] its B, and
+``c = AllGather(a) @ b`` [world * m_per_rank, n_per_rank]. Collective: every rank calls it the
+same number of times, in the same order.
+
+One call, on rank ``me`` with epoch ``e`` (a per-operator counter, identical on every rank):
+
+1. ``barrier_all`` on the current stream S: every rank has finished its previous call (its GEMM
+   no longer reads its workspace, its pushes have landed), so workspaces may be overwritten.
+2. S: copy ``a`` into this rank's slot of the symmetric gathered-A workspace (skipped when ``a``
+   already is that slot, see :meth:`AllGatherGEMM.local_shard`), then ``ready[me] = e``.
+3. Side stream P (after S): for each destination in :func:`ag_schedule.push_order`, the copy engine
+   pushes the slot into the destination's workspace through a peer view, then a stream memory
+   write sets the destination's ``ready[me] = e`` (fenced after the copy).
+4. S: the persistent GEMM; each tile waits for ``ready[src] >= e`` of its source rank (raw CUDA
+   ``ag_wait_ready``), local shard first, then ranks in rotated order. S then joins P.
+
+Epochs only grow, so flags are never reset; step 1 is what makes reuse across calls safe. The
+producer uses no SM (copy engine + stream writes), so it progresses while the GEMM fills the GPU.
+At world 1 there is no workspace and no runtime: the GEMM reads ``a`` directly, and still checks
+its ready flag (set on S each call).
+
+Run the correctness check: ``python ag_gemm.py`` (world 1), ``torchrun --nproc_per_node=N
+ag_gemm.py`` (one GPU per rank), or ``TRITON_RAW_SHARED_GPU=1 torchrun --nproc_per_node=N
+ag_gemm.py`` (N ranks on GPU 0; start MPS first so the ranks' kernels run concurrently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ag_reference as reference  # noqa: E402
+from ag_kernels import ag_gemm_kernel  # noqa: E402
+from ag_schedule import DEFAULT_CONFIG, GemmConfig, check_shapes, push_order  # noqa: E402
+from ag_stream_ops import write_flag  # noqa: E402
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+ISSUE_SHAPES = ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
+                (4096, 8192, 28672))  # (m_per_rank, n_per_rank, k)
+
+
+def _distributed_world(group: Any) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group), dist.get_world_size(group)
+    return 0, 1
+
+
+class AllGatherGEMM:
+    """Reusable AllGather(A) @ B operator with its symmetric workspace (see the module docstring).
+
+    ``group``: the torch.distributed group of the ranks (default group; none at all for one
+    process). With more than one rank, NVSHMEM is initialised over ``group`` if it is not yet
+    (``triton_raw_ext.runtime.init``). ``config``: the GEMM's tiles; ``m_per_rank`` must be a
+    multiple of ``config.block_m``.
+    """
+
+    def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
+                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG) -> None:
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+        check_shapes(m_per_rank, n_per_rank, k, config)
+        self.m_per_rank, self.n, self.k, self.dtype, self.config = m_per_rank, n_per_rank, k, dtype, config
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.rank, self.world = _distributed_world(group)
+        self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.epoch = 0
+        self._side = torch.cuda.Stream(self.device)
+        if self.world == 1:
+            self.gathered = None
+            self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
+            return
+        from triton_raw_ext import runtime
+
+        runtime.init(group)
+        if (runtime.my_pe(), runtime.n_pes()) != (self.rank, self.world):
+            raise RuntimeError(f"NVSHMEM PE {runtime.my_pe()}/{runtime.n_pes()} differs from group rank "
+                               f"{self.rank}/{self.world}: initialise NVSHMEM over the same group")
+        self.gathered = runtime.empty((self.world * m_per_rank, k), dtype)
+        self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
+        slot = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)
+        self._push = [(runtime.peer(self.gathered, dst)[slot], runtime.peer(self.ready, dst)[self.rank].data_ptr())
+                      for dst in push_order(self.rank, self.world)]
+        self._gathered_desc = TensorDescriptor.from_tensor(self.gathered, [config.block_m, config.block_k])
+
+    def local_shard(self) -> torch.Tensor:
+        """This rank's slot of the gathered-A workspace: write ``a`` here to skip one copy per call."""
+        if self.gathered is None:
+            raise RuntimeError("local_shard(): at world 1 there is no workspace; pass a directly")
+        return self.gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank]
+
+    def _check(self, a: torch.Tensor, b: torch.Tensor | None) -> None:
+        want = [("a", a, (self.m_per_rank, self.k))] + ([("b", b, (self.k, self.n))] if b is not None else [])
+        for name, t, shape in want:
+            if tuple(t.shape) != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
+                                 f"{tuple(t.shape)} {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
+
+    def _produce(self, a: torch.Tensor) -> TensorDescriptor:
+        """Steps 1-3 of the module docstring for a new epoch; returns the descriptor of gathered A."""
+        self.epoch += 1
+        main = torch.cuda.current_stream(self.device)
+        if self.world == 1:
+            write_flag(main, self.ready.data_ptr(), self.epoch)
+            return TensorDescriptor.from_tensor(a, [self.config.block_m, self.config.block_k])
+        from triton_raw_ext import runtime
+
+        runtime.barrier_all(main)
+        local = self.local_shard()
+        if a.data_ptr() != local.data_ptr():
+            local.copy_(a)
+        write_flag(main, self.ready[self.rank].data_ptr(), self.epoch)
+        self._side.wait_stream(main)
+        with torch.cuda.stream(self._side):
+            for remote_slot, remote_flag in self._push:
+                remote_slot.copy_(local)
+                write_flag(self._side, remote_flag, self.epoch)
+        return self._gathered_desc
+
+    def _launch(self, a_desc: TensorDescriptor, b: torch.Tensor, out: torch.Tensor, wait: bool) -> None:
+        cfg = self.config
+        b_desc = TensorDescriptor.from_tensor(b, [cfg.block_k, cfg.block_n])
+        c_block_n = cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
+        c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
+        tiles = (self.m_per_rank // cfg.block_m) * self.world * triton.cdiv(self.n, cfg.block_n)
+        ag_gemm_kernel[(min(self.num_sms, tiles),)](
+            a_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank, self.n, self.k,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+            NUM_SMS=self.num_sms, WAIT=wait, FLATTEN=cfg.flatten, EPILOGUE_SUBTILE=cfg.epilogue_subtile,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+
+    def _output(self, out: torch.Tensor | None) -> torch.Tensor:
+        shape = (self.world * self.m_per_rank, self.n)
+        if out is None:
+            return torch.empty(shape, dtype=self.dtype, device=self.device)
+        if tuple(out.shape) != shape or out.dtype != self.dtype or not out.is_contiguous():
+            raise ValueError(
+                f"out must be a contiguous {shape} {self.dtype} tensor, got {tuple(out.shape)} {out.dtype}"
+            )
+        return out
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``AllGather(a) @ b`` (collective); ordered on the current stream like a torch op."""
+        self._check(a, b)
+        out = self._output(out)
+        a_desc = self._produce(a)
+        self._launch(a_desc, b, out, wait=True)
+        if self.world > 1:
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
+        return out
+
+    def all_gather(self, a: torch.Tensor) -> torch.Tensor:
+        """Only the producer (collective): returns AllGather(a), ``a`` itself at world 1.
+
+        The result is the operator's workspace at world > 1: valid until the next call.
+        """
+        self._check(a, None)
+        self._produce(a)
+        if self.world == 1:
+            return a
+        torch.cuda.current_stream(self.device).wait_stream(self._side)
+        return self.gathered
+
+    def gemm(self, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Only the consumer GEMM without ready checks on an already gathered A (a baseline)."""
+        shape = (self.world * self.m_per_rank, self.k)
+        if tuple(gathered.shape) != shape or gathered.dtype != self.dtype or not gathered.is_contiguous():
+            raise ValueError(f"gathered must be a contiguous {shape} {self.dtype} tensor")
+        self._check(gathered[: self.m_per_rank], b)
+        out = self._output(out)
+        self._launch(TensorDescriptor.from_tensor(gathered, [self.config.block_m, self.config.block_k]), b, out,
+                     wait=False)
+        return out
+
+
+def _reference_gathered(a: torch.Tensor, shape: tuple[int, int, int], dtype: torch.dtype, seed: int, call: int,
+                        world: int) -> torch.Tensor:
+    import torch.distributed as dist
+
+    if world > 1 and "nccl" in str(dist.get_backend()):
+        gathered = torch.empty(world * a.shape[0], a.shape[1], dtype=a.dtype, device=a.device)
+        dist.all_gather_into_tensor(gathered, a)
+        return gathered
+    m, n, k = shape
+    return reference.rebuild_gathered(m, n, k, dtype, seed, call, world, a.device)
+
+
+def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
+    """Run one operator three times (inputs X, Y, X) and compare each with the reference.
+
+    Outputs are poisoned with NaN before each call; call 3 must equal call 1 bit for bit (a
+    difference between identical runs points at a race).
+    """
+    m, n, k = shape
+    op = AllGatherGEMM(m, n, k, dtype, config=config)
+    rank, world = op.rank, op.world
+    tol = reference.TOLERANCE[dtype]
+    errors, outputs = [], []
+    for call in (0, 1, 0):
+        a, b = reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
+        out = torch.full((world * m, n), float("nan"), dtype=dtype, device=op.device)
+        op(a, b, out=out)
+        ref = reference.reference(_reference_gathered(a, shape, dtype, seed, call, world), b)
+        errors.append(reference.relative_error(out, ref))
+        outputs.append(out)
+    torch.cuda.synchronize()
+    repeat_equal = bool(torch.equal(outputs[0], outputs[2]))
+    ok = all(e <= tol for e in errors) and repeat_equal  # NaN compares False
+    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
+            "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal, "ok": ok,
+            "config": config.describe()}
+
+
+def print_table(rows: list[dict]) -> None:
+    """One line per (shape, dtype, rank): worst relative error of the three calls and the verdict."""
+    print(f"{'shape':>18} {'dtype':>9} {'world':>5} {'rank':>4} {'max rel err':>11} {'tol':>7} {'repeat':>6}  result")
+    for r in rows:
+        errs = r.get("rel_errors") or [float("nan")]
+        err = float("nan") if any(e != e for e in errs) else max(errs)
+        verdict = "PASS" if r["ok"] else "FAIL " + r.get("error", "")
+        print(f"{'x'.join(map(str, r['shape'])):>18} {r['dtype']:>9} {r.get('world', '?'):>5} {r.get('rank', '?'):>4} "
+              f"{err:>11.3e} {r.get('tolerance', 0):>7.0e} {str(r.get('repeat_bitwise_equal', '-')):>6}  {verdict}")
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    parts = tuple(int(x) for x in text.lower().split("x"))
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"shape {text!r} must be MxNxK (m_per_rank x n_per_rank x k)")
+    return parts  # type: ignore[return-value]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=_parse_shape, nargs="+", default=list(ISSUE_SHAPES),
+                        help="m_per_rank x n_per_rank x k, e.g. 4096x8192x8192")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the rows of every rank here (rank 0 writes)")
+    args = parser.parse_args(argv)
+    import torch.distributed as dist
+
+    rows = []
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from triton_raw_ext import runtime
+
+        runtime.init()
+    else:
+        torch.cuda.set_device(0)
+    for dtype_name in args.dtypes:
+        for shape in args.shapes:
+            t0 = time.perf_counter()
+            try:
+                row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG)
+            except (ValueError, RuntimeError) as e:
+                row = {"shape": list(shape), "dtype": dtype_name, "ok": False, "error": str(e)[:400]}
+            row["seconds"] = round(time.perf_counter() - t0, 2)
+            rows.append(row)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    all_rows = [rows]
+    if world > 1:
+        all_rows = [None] * world
+        dist.all_gather_object(all_rows, rows)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if rank == 0:
+        flat = [r for per_rank in all_rows for r in per_rank]
+        print_table(flat)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(flat, indent=1))
+    ok = all(r["ok"] for per_rank in all_rows for r in per_rank)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Benchmark of AllGatherGEMM: AG-GEMM total, all-gather alone, GEMM alone, torch baseline; one run.
+
+``python benchmark.py`` (world 1) or ``[TRITON_RAW_SHARED_GPU=1] torchrun --nproc_per_node=N
+benchmark.py``. Variants are timed in interleaved rounds (see :mod:`ag_timing`); times are rank-max
+per repeat, reported as p50/p90/p99. The torch baseline is ``all_gather_into_tensor`` + ``matmul``
+where NCCL can run, ``torch.matmul`` alone at world 1 (the all-gather of one rank is empty), and
+absent in shared-GPU mode (NCCL refuses two ranks on one GPU). ``--configs all`` times every
+candidate tile config of ``ag_schedule.CANDIDATE_CONFIGS``. Writes JSON to ``--out`` (a folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ag_reference as reference  # noqa: E402
+import ag_timing as timing  # noqa: E402
+from ag_gemm import DTYPES, AllGatherGEMM, _parse_shape  # noqa: E402
+from ag_schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops  # noqa: E402
+
+GOAL_RATIO = 0.90  # of torch.matmul at world 1 (issue 5)
+
+
+def _versions() -> dict[str, str]:
+    out = {"torch": torch.__version__, "triton": triton.__version__, "cuda": str(torch.version.cuda)}
+    try:
+        from importlib.metadata import version
+
+        out["nvshmem"] = version("nvidia-nvshmem-cu13")
+    except Exception:  # noqa: BLE001 - optional package; absence is reported as such
+        out["nvshmem"] = "not installed"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", type=_parse_shape, default=(4096, 8192, 8192), help="m_per_rank x n x k")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    parser.add_argument("--configs", choices=("default", "all"), default="default")
+    parser.add_argument("--repeats", type=int, default=20, help="timed repeats per variant and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "bench/results"))
+    args = parser.parse_args(argv)
+    import torch.distributed as dist
+
+    world_env = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_env > 1:
+        from triton_raw_ext import runtime
+
+        runtime.init()
+    else:
+        torch.cuda.set_device(0)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    nccl = world > 1 and "nccl" in str(dist.get_backend())
+    barrier = dist.barrier if world > 1 else None
+    m, n, k = args.shape
+    dtype = DTYPES[args.dtype]
+    a, b = reference.make_inputs(m, n, k, dtype, 0, 0, rank, "cuda")
+    out = torch.empty(world * m, n, dtype=dtype, device="cuda")
+    configs = CANDIDATE_CONFIGS if args.configs == "all" else (DEFAULT_CONFIG,)
+
+    variants: dict[str, Callable[[], object]] = {}
+    for i, cfg in enumerate(configs):
+        op = AllGatherGEMM(m, n, k, dtype, config=cfg)
+        gathered = op.all_gather(a).clone()
+        tag = "" if args.configs == "default" else f"[cfg{i}]"
+        variants[f"ag_gemm{tag}"] = lambda op=op: op(a, b, out=out)
+        variants[f"gemm_alone{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out)
+        if i == 0:
+            variants["all_gather_alone"] = lambda op=op: op.all_gather(a)
+    if world == 1:
+        variants["torch_matmul"] = lambda: torch.matmul(a, b, out=out)
+    elif nccl:
+        full = torch.empty(world * m, k, dtype=dtype, device="cuda")
+
+        def torch_allgather_matmul() -> None:
+            dist.all_gather_into_tensor(full, a)
+            torch.matmul(full, b, out=out)
+
+        variants["torch_allgather_matmul"] = torch_allgather_matmul
+
+    for fn in variants.values():  # compile, load and settle every variant before timing
+        for _ in range(args.warmup):
+            fn()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, fn in variants.items():
+            mine = timing.time_repeats(fn, args.repeats, barrier)
+            if world > 1:
+                gathered_times: list[list[float]] = [None] * world  # type: ignore[list-item]
+                dist.all_gather_object(gathered_times, mine)
+                mine = timing.rank_max(gathered_times)
+            times[name] += mine
+
+    flops = gemm_flops(m, n, k, world)
+    rows = []
+    for name, ts in times.items():
+        stats = timing.summarize(ts)
+        stats["tflops_p50"] = flops / (stats["p50"] * 1e-3) / 1e12 if "all_gather" not in name else None
+        rows.append({"variant": name, **stats})
+    baseline = next((r for r in rows if r["variant"].startswith("torch_")), None)
+    for r in rows:
+        r["speed_vs_torch"] = baseline["p50"] / r["p50"] if baseline and "all_gather" not in r["variant"] else None
+    config_names = {f"cfg{i}": cfg.describe() for i, cfg in enumerate(configs)}
+    ag_rows = [r for r in rows if r["variant"].startswith("ag_gemm")]
+    best = min(ag_rows, key=lambda r: r["p50"])
+    goal = None
+    if world == 1 and baseline is not None:
+        goal = {"ratio_best": best["speed_vs_torch"], "best_variant": best["variant"], "target": GOAL_RATIO,
+                "met": best["speed_vs_torch"] >= GOAL_RATIO}
+
+    if rank == 0:
+        print(f"AG-GEMM benchmark: world={world} m_per_rank={m} n={n} k={k} {args.dtype} "
+              f"({args.rounds}x{args.repeats} repeats, rank-max)")
+        for tag, desc in config_names.items():
+            print(f"  {tag}: {desc}")
+        print(f"{'variant':>26} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'TFLOP/s':>8} {'vs torch':>8}")
+        for r in rows:
+            tf = f"{r['tflops_p50']:.0f}" if r["tflops_p50"] else "-"
+            vs = f"{r['speed_vs_torch']:.3f}" if r["speed_vs_torch"] else "-"
+            print(f"{r['variant']:>26} {r['p50']:>8.3f} {r['p90']:>8.3f} {r['p99']:>8.3f} {tf:>8} {vs:>8}")
+        if goal:
+            print(f"goal >= {GOAL_RATIO:.2f}x torch.matmul: best {goal['best_variant']} at {goal['ratio_best']:.3f}x "
+                  f"-> {'MET' if goal['met'] else 'NOT MET'}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.datetime.now(datetime.timezone.utc)
+        result = {
+            "date": stamp.isoformat(), "gpu": torch.cuda.get_device_name(), "versions": _versions(),
+            "command": " ".join([sys.executable, *sys.argv]), "world": world, "shape": [m, n, k],
+            "dtype": args.dtype, "configs": config_names, "rows": rows, "goal": goal,
+            "shared_gpu": os.environ.get("TRITON_RAW_SHARED_GPU", ""),
+        }  # fmt: skip
+        path = args.out / f"tutorial2_ag_gemm_w{world}_{m}x{n}x{k}_{args.dtype}_{stamp:%Y%m%dT%H%M%S}.json"
+        path.write_text(json.dumps(result, indent=1))
+        print(f"wrote {path}")
+    return 0 if goal is None or goal["met"] else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
