@@ -32,16 +32,10 @@ import ag_schedule as schedule  # noqa: E402
 NAMES = [name for name, _ in aot.kernels()]
 
 
-def _options_for(name: str) -> dict[str, int]:
-    match = re.search(r"_cfg(\d+)$", name)
-    config = schedule.CANDIDATE_CONFIGS[int(match.group(1))] if match else schedule.DEFAULT_CONFIG
-    return aot.compile_options(config)
-
-
 @functools.cache
 def _compiled(name: str):
     source = dict(aot.kernels())[name]
-    return triton.compile(source, target=TARGET, options=_options_for(name))
+    return triton.compile(source, target=TARGET, options=aot.options_for(name))
 
 
 @pytest.mark.parametrize("name", NAMES)

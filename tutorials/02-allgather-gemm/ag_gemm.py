@@ -84,6 +84,7 @@ class AllGatherGEMM:
         if self.world == 1:
             self.gathered = None
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
+            torch.cuda.synchronize(self.device)  # the zeroed flag must precede writes on any stream
             return
         from triton_raw_ext import runtime
 
@@ -97,6 +98,7 @@ class AllGatherGEMM:
         self._push = [(runtime.peer(self.gathered, dst)[slot], runtime.peer(self.ready, dst)[self.rank].data_ptr())
                       for dst in push_order(self.rank, self.world)]
         self._gathered_desc = TensorDescriptor.from_tensor(self.gathered, [config.block_m, config.block_k])
+        torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
 
     def local_shard(self) -> torch.Tensor:
         """This rank's slot of the gathered-A workspace: write ``a`` here to skip one copy per call."""

@@ -2,11 +2,14 @@
 
 ``kernels()`` is the contract the project's main job uses: it compiles each source for sm_90 on
 machines without a GPU. The list covers both dtypes, the kernel with and without its ready-flag
-waits, and every candidate config the benchmark may pick.
+waits, and every candidate config the benchmark may pick. ``options_for(name)`` gives the
+``triton.compile`` options the operator launches that kernel with (its warps and stages); every
+kernel also compiles with Triton's default options.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -56,3 +59,9 @@ def kernels() -> list[tuple[str, ASTSource]]:
     for i, config in enumerate(CANDIDATE_CONFIGS[1:], start=1):
         out.append((f"ag_gemm_bfloat16_wait_cfg{i}", gemm_source("bfloat16", config)))
     return out
+
+
+def options_for(name: str) -> dict[str, int]:
+    """The launch options of kernel ``name`` from :func:`kernels` (``..._cfg<i>``: candidate i)."""
+    match = re.search(r"_cfg(\d+)$", name)
+    return compile_options(CANDIDATE_CONFIGS[int(match.group(1))] if match else DEFAULT_CONFIG)
