@@ -38,6 +38,7 @@ step() {
 step w1_correct 110 0 python3 $T2/ag_gemm.py --json "$OUTDIR/tutorial2_w1_correct_${STAMP}.json"
 step bench_w1 110 0 python3 $T2/benchmark.py --configs all --out "$OUTDIR"
 start_mps
+trap stop_mps EXIT
 export TRITON_RAW_SHARED_GPU=1 NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo
 step w2_shared 60 0 python3 -m torch.distributed.run --standalone --nproc_per_node=2 $T2/ag_gemm.py \
   --shapes 1024x1024x1024 4096x1024x8192 --json "$OUTDIR/tutorial2_w2_correct_${STAMP}.json"
