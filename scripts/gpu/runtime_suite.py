@@ -1,0 +1,469 @@
+"""GPU suite for triton_raw_ext.runtime: several NVSHMEM PEs sharing one GPU (shared-GPU mode).
+
+Run from the repository root, with the package importable (e.g. PYTHONPATH=/tmp/site):
+
+    python3 scripts/gpu/runtime_suite.py
+
+It starts MPS (unless already running; stopped again at the end), then for world sizes 1, 2 and 4
+runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check: init, put/get, put-with-signal
++ wait, barrier, peer() views, peer() errors, symmetric tensors freed once; then 20 init/finalize
+cycles in fresh processes, and that a rank raising mid-run ends its peers with an error in bounded
+time. Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL table and writes
+JSON (date, GPU, versions, command, per-check results and timings) to $OUT, else bench/results/.
+Exit status: 0 when every check passed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+WORLD_SIZES = (1, 2, 4)
+CYCLES = 20
+CORE_TIMEOUT_S = 300.0  # includes the first (cached) nvcc builds of the helpers
+CYCLE_TIMEOUT_S = 120.0
+RAISE_BOUND_S = 90.0
+PEER_FAILED_EXIT_CODE = 86  # triton_raw_ext.runtime.PEER_FAILED_EXIT_CODE (not imported here)
+
+SUITE_HELPER_CU = r"""
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+extern "C" {
+void suite_put(void *dest, const void *src, size_t bytes, int pe, void *stream) {
+    nvshmemx_putmem_on_stream(dest, src, bytes, pe, (cudaStream_t)stream);
+}
+void suite_get(void *dest, const void *src, size_t bytes, int pe, void *stream) {
+    nvshmemx_getmem_on_stream(dest, src, bytes, pe, (cudaStream_t)stream);
+}
+void suite_put_signal(void *dest, const void *src, size_t bytes, uint64_t *sig, uint64_t value, int pe,
+                      void *stream) {
+    nvshmemx_putmem_signal_on_stream(dest, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe, (cudaStream_t)stream);
+}
+void suite_wait_eq(uint64_t *sig, uint64_t value, void *stream) {
+    nvshmemx_signal_wait_until_on_stream(sig, NVSHMEM_CMP_EQ, value, (cudaStream_t)stream);
+}
+}
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# Worker side: one PE. Prints one line "RESULT <json>" with its sub-check results.
+# ----------------------------------------------------------------------------------------------
+
+
+def _suite_helper():  # -> ctypes.CDLL
+    import ctypes
+
+    from triton_raw_ext.runtime import load_host
+
+    src = Path(tempfile.gettempdir()) / "triton_raw_suite" / "triton_raw_suite_helper.cu"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    if not src.is_file() or src.read_text() != SUITE_HELPER_CU:
+        tmp = src.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(SUITE_HELPER_CU)
+        os.replace(tmp, src)
+    lib = load_host(src)
+    vp, sz, i32, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64
+    lib.suite_put.argtypes = [vp, vp, sz, i32, vp]
+    lib.suite_get.argtypes = [vp, vp, sz, i32, vp]
+    lib.suite_put_signal.argtypes = [vp, vp, sz, vp, u64, i32, vp]
+    lib.suite_wait_eq.argtypes = [vp, u64, vp]
+    return lib
+
+
+def _timed(results: dict, name: str, fn) -> None:
+    start = time.perf_counter()
+    try:
+        fn()
+        results[name] = {"ok": True, "seconds": round(time.perf_counter() - start, 4)}
+    except Exception as exc:  # a failed sub-check is reported, the others still run
+        results[name] = {"ok": False, "seconds": round(time.perf_counter() - start, 4), "error": repr(exc)[:500]}
+
+
+def worker_core() -> dict:
+    import torch
+
+    from triton_raw_ext import runtime
+    from triton_raw_ext.errors import RawRuntimeError
+
+    results: dict = {}
+    keep: list = []  # a symmetric tensor still referenced at finalize()
+    _timed(results, "init", runtime.init)
+    if not results["init"]["ok"]:
+        return results
+    me, n = runtime.my_pe(), runtime.n_pes()
+    right, left = (me + 1) % n, (me - 1) % n
+    stream = torch.cuda.current_stream()
+    helper = _suite_helper()
+
+    def identity() -> None:
+        assert me == int(os.environ.get("RANK", "0")), (me, os.environ.get("RANK"))
+        assert n == int(os.environ.get("WORLD_SIZE", "1")), n
+
+    def peer_views() -> None:
+        buf = runtime.zeros(1024, torch.int32)
+        runtime.peer(buf, right).fill_(me + 1)  # store into the right neighbour's copy
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+        assert torch.all(buf == left + 1).item(), buf[:4].tolist()
+        assert runtime.peer(buf, me).data_ptr() == buf.data_ptr()
+        view = runtime.peer(buf[8:16], right)  # a slice maps to the same slice on the peer
+        assert view.shape == (8,) and torch.all(view == me + 1).item()
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+
+    def put_get() -> None:
+        dst = runtime.zeros(4096, torch.float32)
+        src = runtime.empty(4096, torch.float32)
+        src.copy_(torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * me)
+        runtime.barrier_all()
+        helper.suite_put(dst.data_ptr(), src.data_ptr(), dst.numel() * 4, right, stream.cuda_stream)
+        runtime.quiet()
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+        expect = torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * left
+        assert torch.equal(dst, expect), dst[:4].tolist()
+        got = torch.empty(4096, device="cuda", dtype=torch.float32)
+        helper.suite_get(got.data_ptr(), src.data_ptr(), got.numel() * 4, right, stream.cuda_stream)
+        torch.cuda.synchronize()
+        assert torch.equal(got, torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * right)
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+
+    def signal_wait() -> None:
+        data = runtime.zeros(256, torch.int64)
+        sig = runtime.zeros(1, torch.int64)
+        src = torch.full((256,), 7 + me, device="cuda", dtype=torch.int64)
+        src_sym = runtime.empty(256, torch.int64)
+        src_sym.copy_(src)
+        runtime.barrier_all()
+        helper.suite_put_signal(
+            data.data_ptr(), src_sym.data_ptr(), 256 * 8, sig.data_ptr(), 42, right, stream.cuda_stream
+        )
+        helper.suite_wait_eq(sig.data_ptr(), 42, stream.cuda_stream)
+        torch.cuda.synchronize()
+        assert sig.item() == 42 and torch.all(data == 7 + left).item(), data[:4].tolist()
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+
+    def barrier() -> None:
+        flags = runtime.zeros(n, torch.int32)
+        for rnd in range(1, 6):
+            for pe in range(n):
+                runtime.peer(flags, pe)[me] = rnd
+            runtime.barrier_all()
+            torch.cuda.synchronize()
+            assert torch.all(flags == rnd).item(), (rnd, flags.tolist())
+            runtime.barrier_all()
+            torch.cuda.synchronize()
+
+    def peer_errors() -> None:
+        plain = torch.zeros(4, device="cuda")
+        try:
+            runtime.peer(plain, 0)
+            raise AssertionError("peer() accepted a non-symmetric tensor")
+        except RawRuntimeError as exc:
+            assert "not on the symmetric heap" in str(exc)
+        sym = runtime.empty(4)
+        try:
+            runtime.peer(sym, n)
+            raise AssertionError("peer() accepted PE n")
+        except RawRuntimeError as exc:
+            assert "does not exist" in str(exc)
+
+    def freed_once() -> None:
+        import gc
+
+        gc.collect()
+        base = runtime.heap_stats()
+        t = runtime.empty((16, 16), torch.bfloat16)
+        view = runtime.peer(t, right)
+        del t
+        gc.collect()
+        assert runtime.heap_stats()["live"] == base["live"] + 1  # the peer view keeps it alive
+        del view
+        gc.collect()
+        after = runtime.heap_stats()
+        assert after["freed"] == base["freed"] + 1 and after["live"] == base["live"], (base, after)
+        keep.append(runtime.empty(8))  # freed by finalize, and not again when collected later
+
+    for name, fn in (
+        ("identity", identity),
+        ("peer_views", peer_views),
+        ("put_get", put_get),
+        ("signal_wait", signal_wait),
+        ("barrier", barrier),
+        ("peer_errors", peer_errors),
+        ("freed_once", freed_once),
+    ):
+        _timed(results, name, fn)
+    runtime.barrier_all()
+    torch.cuda.synchronize()
+    before = runtime.heap_stats()
+    _timed(results, "finalize", runtime.finalize)
+
+    def freed_at_finalize_once() -> None:
+        import gc
+
+        after_finalize = runtime.heap_stats()
+        assert before["live"] >= 1 and after_finalize["live"] == 0, (before, after_finalize)
+        assert after_finalize["freed"] == before["freed"] + before["live"], (before, after_finalize)
+        keep.clear()  # drop the last tensor: must not free again
+        gc.collect()
+        assert runtime.heap_stats() == after_finalize
+
+    _timed(results, "freed_at_finalize_once", freed_at_finalize_once)
+    return results
+
+
+def worker_cycle() -> dict:
+    import torch
+
+    from triton_raw_ext import runtime
+
+    results: dict = {}
+
+    def cycle() -> None:
+        runtime.init()
+        t = runtime.zeros(1024, torch.float32)
+        runtime.peer(t, (runtime.my_pe() + 1) % runtime.n_pes()).fill_(1.0)
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+        assert t.sum().item() == 1024.0
+        runtime.finalize()
+        runtime.finalize()  # idempotent
+        assert not runtime.is_initialized()
+
+    _timed(results, "cycle", cycle)
+    return results
+
+
+def worker_raise() -> dict:
+    import torch
+
+    from triton_raw_ext import runtime
+
+    runtime.init()
+    runtime.zeros(16)
+    if runtime.my_pe() == 1:
+        raise RuntimeError("rank 1 fails on purpose mid-run")
+    time.sleep(2.0)
+    runtime.barrier_all()  # never matched by PE 1: only the watchdog can end this process
+    torch.cuda.synchronize()
+    return {"unexpected": {"ok": False, "error": "the barrier completed without PE 1"}}
+
+
+WORKERS = {"core": worker_core, "cycle": worker_cycle, "raise": worker_raise}
+
+
+# ----------------------------------------------------------------------------------------------
+# Orchestrator side.
+# ----------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], float]:
+    """Run ``world`` PEs of worker ``kind``; returns per-rank {rc, stdout, stderr, result} and wall time."""
+    port = _free_port()
+    procs = []
+    start = time.monotonic()
+    for rank in range(world):
+        env = dict(
+            os.environ,
+            **SAFE_ENV,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world),
+            TRITON_RAW_SHARED_GPU="1",
+            TRITON_RAW_FINALIZE_TIMEOUT_S="60",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, "--worker", kind],
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
+    ranks = []
+    for proc in procs:
+        remaining = max(start + timeout_s - time.monotonic(), 0.1)
+        try:
+            out, err = proc.communicate(timeout=remaining)
+            rc: int | str = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            rc = "timeout"
+        result = {}
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT ") :])
+        ranks.append({"rc": rc, "result": result, "stderr_tail": err[-3000:]})
+    for proc in procs:  # a timeout above leaves the others to end too
+        if proc.poll() is None:
+            proc.kill()
+    return ranks, time.monotonic() - start
+
+
+def check_core(world: int) -> list[dict]:
+    ranks, wall = run_world("core", world, CORE_TIMEOUT_S)
+    names = sorted({name for r in ranks for name in r["result"]}) or ["init"]
+    checks = []
+    for name in names:
+        per_rank = [r["result"].get(name, {"ok": False, "error": "not reached"}) for r in ranks]
+        ok = all(p.get("ok") for p in per_rank) and all(r["rc"] == 0 for r in ranks)
+        errors = [f"PE {i}: {p.get('error')}" for i, p in enumerate(per_rank) if not p.get("ok")]
+        errors += [f"PE {i}: exit {r['rc']}: {r['stderr_tail'][-600:]}" for i, r in enumerate(ranks) if r["rc"] != 0]
+        checks.append(
+            {
+                "check": f"world{world}/{name}",
+                "ok": ok,
+                "seconds": max((p.get("seconds", 0.0) for p in per_rank), default=0.0),
+                "detail": "; ".join(errors)[:2000],
+            }
+        )
+    checks.append(
+        {"check": f"world{world}/wall", "ok": all(r["rc"] == 0 for r in ranks), "seconds": round(wall, 2), "detail": ""}
+    )
+    return checks
+
+
+def check_cycles(world: int) -> dict:
+    timings, failures = [], []
+    for i in range(CYCLES):
+        ranks, wall = run_world("cycle", world, CYCLE_TIMEOUT_S)
+        timings.append(round(wall, 2))
+        bad = [
+            (j, r["rc"], r["result"].get("cycle", {}).get("error"), r["stderr_tail"][-400:])
+            for j, r in enumerate(ranks)
+            if r["rc"] != 0 or not r["result"].get("cycle", {}).get("ok")
+        ]
+        if bad:
+            failures.append(f"cycle {i}: {bad}")
+    return {
+        "check": f"cycles/{CYCLES}x_world{world}_fresh_processes",
+        "ok": not failures,
+        "seconds": round(sum(timings), 2),
+        "detail": "; ".join(failures)[:2000],
+        "cycle_seconds": timings,
+    }
+
+
+def check_raise(world: int) -> dict:
+    ranks, wall = run_world("raise", world, RAISE_BOUND_S + 30)
+    from_raiser = ranks[1]
+    others = [r for i, r in enumerate(ranks) if i != 1]
+    ok = (
+        from_raiser["rc"] == 1
+        and "fails on purpose" in from_raiser["stderr_tail"]
+        and all(r["rc"] == PEER_FAILED_EXIT_CODE for r in others)
+        and wall < RAISE_BOUND_S
+    )
+    detail = "; ".join(f"PE {i}: exit {r['rc']}: {r['stderr_tail'][-300:]}" for i, r in enumerate(ranks))
+    return {
+        "check": f"raise/world{world}_rank1_raises_others_end",
+        "ok": ok,
+        "seconds": round(wall, 2),
+        "detail": detail[:2000],
+    }
+
+
+def _mps(action: str) -> str:
+    try:
+        if action == "start":
+            if subprocess.run(["pgrep", "-x", "nvidia-cuda-mps"], capture_output=True).returncode == 0:
+                return "already running"
+            proc = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True, timeout=30)
+            return "started" if proc.returncode == 0 else f"failed: {proc.stderr.strip()}"
+        proc = subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", capture_output=True, text=True, timeout=30)
+        return "stopped" if proc.returncode == 0 else f"stop failed: {proc.stderr.strip()}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unavailable: {exc}"
+
+
+def _environment() -> dict:
+    info: dict = {"python": platform.python_version()}
+    probe = (
+        "import json, torch, triton; from triton_raw_ext.nvshmem_install import find_nvshmem; "
+        "print(json.dumps({'gpu': torch.cuda.get_device_name(0), 'torch': torch.__version__, "
+        "'triton': triton.__version__, 'nvshmem': find_nvshmem().version_str}))"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=dict(os.environ, **SAFE_ENV)
+        )
+        info.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        info["probe_error"] = repr(exc)
+    try:
+        nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=30).stdout
+        info["nvcc"] = next((line for line in nvcc.splitlines() if "release" in line), "unknown")
+    except (OSError, subprocess.SubprocessError):
+        info["nvcc"] = "not found"
+    return info
+
+
+def main() -> int:
+    os.environ.update(SAFE_ENV)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    report: dict = {
+        "date": started.isoformat(),
+        "command": " ".join([sys.executable, *sys.argv]),
+        "environment": _environment(),
+    }
+    report["mps"] = _mps("start")
+    checks: list[dict] = []
+    try:
+        for world in WORLD_SIZES:
+            checks += check_core(world)
+        checks.append(check_cycles(2))
+        checks.append(check_raise(2))
+    finally:
+        if report["mps"] == "started":
+            report["mps_stop"] = _mps("stop")
+    report["checks"] = checks
+    report["passed"] = all(c["ok"] for c in checks)
+    report["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)
+
+    width = max(len(c["check"]) for c in checks)
+    print(f"{'check':<{width}}  result  seconds")
+    for c in checks:
+        print(f"{c['check']:<{width}}  {'PASS' if c['ok'] else 'FAIL':<6}  {c['seconds']:>7}")
+        if not c["ok"] and c["detail"]:
+            print(f"    {c['detail'][:800]}")
+    print(f"{'ALL PASS' if report['passed'] else 'SOME CHECKS FAILED'} in {report['seconds']} s; MPS {report['mps']}")
+
+    out_dir = Path(os.environ.get("OUT") or Path(__file__).resolve().parents[2] / "bench" / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"runtime_suite-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        outcome = WORKERS[sys.argv[2]]()
+        print("RESULT " + json.dumps(outcome), flush=True)
+        sys.exit(0 if all(v.get("ok") for v in outcome.values()) else 1)
+    sys.exit(main())
