@@ -1,0 +1,179 @@
+"""Tutorial 1 on CPU: algorithm choice, workspace layout, launch configuration, reference, tolerance."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "01-allreduce-rmsnorm"
+sys.path.insert(0, str(TUTORIAL))
+
+torch = pytest.importorskip("torch")
+
+from arn_plan import (  # noqa: E402
+    Algorithm,
+    WorkspaceLayout,
+    choose_algorithm,
+    effective_bytes,
+    launch_config,
+    oneshot_max_bytes,
+)
+from arn_reference import compare, make_inputs, reduce_like_allreduce, reference, tolerance  # noqa: E402
+
+TOKENS = (1, 16, 64, 128, 256, 1024, 4096)
+HIDDENS = (2048, 4096, 7168, 8192)
+
+
+def test_world_one_is_local_and_needs_no_workspace():
+    for t in TOKENS:
+        assert choose_algorithm(1, t, 8192, 2) == Algorithm.LOCAL
+    lay = WorkspaceLayout(1, 8192, 4096, 2)
+    assert lay.symmetric_bytes == 0 and lay.algorithm_for(4096) == Algorithm.LOCAL
+
+
+def test_two_ranks_always_oneshot_and_switch_shrinks_with_world():
+    assert math.isinf(oneshot_max_bytes(2))
+    assert choose_algorithm(2, 4096, 8192, 2) == Algorithm.ONESHOT
+    assert oneshot_max_bytes(4) > oneshot_max_bytes(8) > 0
+    assert choose_algorithm(4, 1, 8192, 2) == Algorithm.ONESHOT
+    assert choose_algorithm(4, 4096, 8192, 2) == Algorithm.TWOSHOT
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_choice_is_monotone_in_tokens(world):
+    for hidden in HIDDENS:
+        algos = [choose_algorithm(world, t, hidden, 2) for t in range(1, 4097, 7)]
+        first_two = algos.index(Algorithm.TWOSHOT) if Algorithm.TWOSHOT in algos else len(algos)
+        assert all(a == Algorithm.ONESHOT for a in algos[:first_two])
+        assert all(a == Algorithm.TWOSHOT for a in algos[first_two:])
+
+
+def _slots(lay: WorkspaceLayout):
+    """Every element range the kernel can write, by the kernel's own index formulas (arn_kernels)."""
+    w, h = lay.world, lay.hidden
+    for par in range(2):
+        for src in range(w):
+            for row in range(lay.oneshot_rows):
+                yield "oneshot", lay.oneshot_offset + ((par * w + src) * lay.oneshot_rows + row) * h
+            for row in range(lay.max_tokens if lay.rs_rows else 0):
+                yield "rs", lay.rs_offset + ((par * w + src) * lay.rs_rows + row // w) * h
+        for row in range(lay.ag_rows):
+            yield "ag", lay.ag_offset + (par * lay.max_tokens + row) * h
+
+
+@pytest.mark.parametrize(
+    "world,forced",
+    [(2, None), (4, None), (8, None), (2, Algorithm.TWOSHOT), (4, Algorithm.ONESHOT), (3, None)],
+)
+def test_layout_regions_are_disjoint_and_in_bounds(world, forced):
+    lay = WorkspaceLayout(world, 64, 37, 2, forced=forced)
+    seen: dict[int, str] = {}
+    for region, start in _slots(lay):
+        assert 0 <= start and start + lay.hidden <= lay.data_elements
+        assert start % lay.hidden == 0
+        if start in seen:  # rows of one owner share no slot with other rows of that owner
+            assert seen[start] == region
+        seen[start] = region
+    regions = {}
+    for region, start in _slots(lay):
+        regions.setdefault(region, set()).add(start)
+    names = list(regions)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not regions[a] & regions[b]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_rs_slot_unique_per_owner(world):
+    lay = WorkspaceLayout(world, 8, 29, 2, forced=Algorithm.TWOSHOT)
+    for owner in range(world):
+        rows = [r for r in range(lay.max_tokens) if r % world == owner]
+        slots = [r // world for r in rows]
+        assert len(set(slots)) == len(slots) and max(slots) < lay.rs_rows
+
+
+def test_layout_sizes_for_goal_shapes():
+    lay = WorkspaceLayout(4, 8192, 4096, 2)
+    assert lay.algorithm_for(4096) == Algorithm.TWOSHOT and lay.algorithm_for(1) == Algorithm.ONESHOT
+    assert lay.oneshot_rows == int(oneshot_max_bytes(4) // (8192 * 2))
+    assert lay.rs_rows == 1024 and lay.ag_rows == 4096
+    assert lay.symmetric_bytes < 512 * 2**20  # fits NVSHMEM's heap with room to spare
+    assert WorkspaceLayout(2, 8192, 4096, 2).rs_rows == 0  # two-shot never chosen at world 2
+
+
+def test_layout_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        WorkspaceLayout(0, 8, 8, 2)
+    with pytest.raises(ValueError):
+        WorkspaceLayout(1, 8, 8, 2, forced=Algorithm.ONESHOT)
+    with pytest.raises(ValueError):
+        WorkspaceLayout(2, 8, 8, 2).algorithm_for(9)
+
+
+def test_launch_config():
+    local = launch_config(Algorithm.LOCAL, 4096, 8192, resident_programs=1)
+    assert local.grid == 4096 and local.block_h == 8192 and local.num_warps == 16
+    assert launch_config(Algorithm.LOCAL, 7, 7168, 1).block_h == 8192
+    comm = launch_config(Algorithm.TWOSHOT, 4096, 8192, resident_programs=33)
+    assert comm.grid == 33 and comm.num_warps <= 8  # waiting programs always fit, one per SM
+    assert launch_config(Algorithm.ONESHOT, 5, 2048, resident_programs=66).grid == 5
+    with pytest.raises(ValueError):
+        launch_config(Algorithm.ONESHOT, 0, 2048, 1)
+
+
+def test_effective_bytes_counts_five_streams():
+    assert effective_bytes(4096, 8192, 2) == (4 * 4096 * 8192 + 8192) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reference_matches_independent_formula(dtype):
+    xs = [make_inputs(3, r, 5, 64, dtype, "cpu")[0] for r in range(3)]
+    _, residual, weight = make_inputs(3, 1, 5, 64, dtype, "cpu")
+    norm, res = reference(xs, residual, weight, 1e-6)
+    summed = (xs[0].float() + xs[1].float() + xs[2].float()).to(dtype)
+    assert torch.equal(reduce_like_allreduce(xs), summed)
+    r = summed.double() + residual.double()
+    expect = r / torch.sqrt((r * r).sum(-1, keepdim=True) / 64 + 1e-6) * weight.double()
+    assert torch.allclose(norm, expect, rtol=1e-12, atol=0) and torch.equal(res, r)
+
+
+def test_inputs_differ_per_rank_and_case_and_are_reproducible():
+    a = make_inputs(1, 0, 4, 32, torch.bfloat16, "cpu")
+    assert all(
+        torch.equal(p, q) for p, q in zip(a, make_inputs(1, 0, 4, 32, torch.bfloat16, "cpu"), strict=True)
+    )
+    assert not torch.equal(a[0], make_inputs(1, 1, 4, 32, torch.bfloat16, "cpu")[0])
+    assert not torch.equal(a[0], make_inputs(2, 0, 4, 32, torch.bfloat16, "cpu")[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tolerance_accepts_rounding_and_rejects_two_ulps_and_nan(dtype):
+    xs = [make_inputs(5, r, 8, 256, dtype, "cpu")[0] for r in range(2)]
+    _, residual, weight = make_inputs(5, 0, 8, 256, dtype, "cpu")
+    norm, _ = reference(xs, residual, weight, 1e-6)
+    rounded = norm.to(dtype)
+    assert compare(rounded, norm, dtype).ok
+    # the fp32 path of the kernel: compute in fp32, round once
+    r32 = reduce_like_allreduce(xs).float() + residual.float()
+    fp32 = (r32 * torch.rsqrt(r32.square().mean(-1, keepdim=True) + 1e-6) * weight.float()).to(dtype)
+    assert compare(fp32, norm, dtype).ok
+    rtol, _ = tolerance(dtype)
+    off = (rounded.double() * (1 + 2.5 * rtol)).to(dtype)
+    assert not compare(off, norm, dtype).ok
+    poisoned = rounded.clone()
+    poisoned[3, 7] = float("nan")
+    assert not compare(poisoned, norm, dtype).ok
+    with pytest.raises(ValueError):
+        tolerance(torch.float32)
+
+
+def test_percentile():
+    from benchmark import percentile
+
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([3.0], 90) == 3.0

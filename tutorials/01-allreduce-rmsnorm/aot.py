@@ -1,0 +1,95 @@
+"""AOT contract of tutorial 1: ``kernels()`` lists every Triton kernel of the tutorial with
+representative signatures, for sm_90 builds on machines without a GPU.
+
+``python aot.py`` compiles them all for sm_90 and prints registers, spills and PTX size per kernel;
+``python aot.py --warm H [H ...]`` compiles, into Triton's cache, every variant the op launches for
+those hidden sizes (both dtypes, world 1, 2 and 4), in parallel: the GPU suite runs it first so that
+the ranks it starts find their kernels compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import triton
+from triton.compiler import ASTSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from arn_kernels import kernel_source  # noqa: E402
+from arn_plan import Algorithm, block_size, launch_config  # noqa: E402
+
+GOAL_HIDDEN = 8192
+
+
+def variant(algo: Algorithm, world: int, hidden: int, dtype: str) -> tuple[ASTSource, int]:
+    """(source, num_warps) exactly as AllReduceRMSNorm compiles them (aligned tensors)."""
+    warps = launch_config(algo, 1, hidden, resident_programs=1).num_warps
+    return kernel_source(int(algo), world, block_size(hidden), dtype, aligned=True), warps
+
+
+def kernels() -> list[tuple[str, ASTSource]]:
+    """Every kernel variant family the op launches, at the goal hidden size H=8192."""
+    out = [(f"local_w1_{dt}", variant(Algorithm.LOCAL, 1, GOAL_HIDDEN, dt)[0]) for dt in ("bf16", "fp16")]
+    out.append(("oneshot_w2_bf16", variant(Algorithm.ONESHOT, 2, GOAL_HIDDEN, "bf16")[0]))
+    out.append(("oneshot_w4_fp16", variant(Algorithm.ONESHOT, 4, GOAL_HIDDEN, "fp16")[0]))
+    out.append(("twoshot_w4_bf16", variant(Algorithm.TWOSHOT, 4, GOAL_HIDDEN, "bf16")[0]))
+    out.append(("twoshot_w8_bf16", variant(Algorithm.TWOSHOT, 8, GOAL_HIDDEN, "bf16")[0]))
+    return out
+
+
+def _compile(job: tuple[Algorithm, int, int, str, int]) -> str:
+    algo, world, hidden, dtype, arch = job
+    from triton.backends.compiler import GPUTarget
+
+    src, warps = variant(algo, world, hidden, dtype)
+    start = time.time()
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    return f"{algo.name.lower()}_w{world}_h{hidden}_{dtype}: {time.time() - start:.1f}s {compiled.hash[:12]}"
+
+
+def warm_jobs(hiddens: list[int], worlds: list[int], arch: int) -> list[tuple[Algorithm, int, int, str, int]]:
+    """Every (algorithm, world, hidden, dtype) the suite's shapes can launch."""
+    jobs = []
+    for hidden in hiddens:
+        for dtype in ("bf16", "fp16"):
+            for world in worlds:
+                algos = [Algorithm.LOCAL] if world == 1 else [Algorithm.ONESHOT, Algorithm.TWOSHOT]
+                jobs += [(algo, world, hidden, dtype, arch) for algo in algos]
+    return jobs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--warm", type=int, nargs="*", metavar="H", help="hidden sizes to precompile")
+    parser.add_argument("--worlds", type=int, nargs="*", default=[1, 2, 4])
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
+    args = parser.parse_args()
+    if args.warm:
+        jobs = warm_jobs(args.warm, args.worlds, args.arch)
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for line in pool.map(_compile, jobs):
+                print(line, flush=True)
+        return 0
+    from triton.backends.compiler import GPUTarget
+
+    for name, src in kernels():
+        start = time.time()
+        compiled = triton.compile(src, target=GPUTarget("cuda", args.arch, 32))
+        print(
+            f"{name:18s} {time.time() - start:5.1f}s shared={compiled.metadata.shared} "
+            f"ptx={len(compiled.asm['ptx']) // 1024}KiB cubin={len(compiled.asm['cubin']) // 1024}KiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

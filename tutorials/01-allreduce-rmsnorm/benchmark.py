@@ -1,0 +1,244 @@
+"""Benchmark of AllReduceRMSNorm against what a user would run instead, in the same process.
+
+Implementations (each where it can run):
+  * ``fused``: this tutorial's op (one kernel per call);
+  * ``compile``: at world 1, ``torch.compile``d residual add + RMSNorm alone (the all-reduce of one
+    rank is the identity);
+  * ``nccl+compile``: at world > 1 with one GPU per rank, ``torch.distributed.all_reduce`` (NCCL)
+    followed by the compiled residual + RMSNorm;
+  * ``flashinfer``: FlashInfer's ``trtllm_allreduce_fusion`` when it imports (world > 1, one GPU
+    per rank); skipped with the reason otherwise.
+
+Timing: each repeat first synchronises the ranks (a barrier when world > 1), then times on the GPU
+with CUDA events either one eager call (``--mode eager``: launch cost included) or one replay of a
+CUDA graph of ``--inner`` calls divided by ``--inner`` (``--mode graph``, default: kernel time
+without launch gaps). Every rank's time of a repeat is gathered and the rank maximum kept; p50, p90
+and p99 are over repeats. Effective TB/s counts the bytes the op must move per rank: read x,
+residual and weight, write norm_out and residual_out (arn_plan.effective_bytes). Results go to
+``--json`` (default ``$OUT/bench_t1_<date>.json`` or ``bench/results/``).
+
+Usage: ``python benchmark.py --shapes 4096x8192 128x8192`` (world 1) or under torchrun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from allreduce import DTYPE_NAMES, AllReduceRMSNorm  # noqa: E402
+from arn_plan import effective_bytes  # noqa: E402
+from arn_reference import make_inputs  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+EPS = 1e-6
+
+
+def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """Residual add + RMSNorm with the op's numerics (fp32 math, one rounding per output)."""
+    r = x.float() + residual.float()
+    norm = r * torch.rsqrt(r.square().mean(-1, keepdim=True) + eps) * weight.float()
+    return norm.to(x.dtype), r.to(x.dtype)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between order statistics."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class Timer:
+    """Times ``fn`` per repeat (eager or graph), rank maximum per repeat; see the module docstring."""
+
+    def __init__(self, world: int, mode: str, inner: int, warmup: int, repeats: int) -> None:
+        self.world, self.mode, self.inner, self.warmup, self.repeats = world, mode, inner, warmup, repeats
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            torch.cuda.synchronize()
+            dist.barrier()
+
+    def run(self, fn: Callable[[], Any]) -> list[float]:
+        """Per-repeat latency of one call in microseconds (rank max)."""
+        for _ in range(self.warmup):
+            fn()
+        torch.cuda.synchronize()
+        step = fn
+        calls = 1
+        if self.mode == "graph":
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(self.inner):
+                    fn()
+            step, calls = graph.replay, self.inner
+            step()
+            torch.cuda.synchronize()
+        times = []
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(self.repeats):
+            self._barrier()
+            start.record()
+            step()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) * 1e3 / calls)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            gathered: list[list[float] | None] = [None] * self.world
+            dist.all_gather_object(gathered, times)
+            times = [max(col) for col in zip(*gathered, strict=True)]
+        return times
+
+
+def _baselines(world: int, shared_gpu: bool, x, residual, weight, compiled) -> dict[str, Callable | str]:
+    """Each baseline's callable, or the reason it cannot run here."""
+    out: dict[str, Callable | str] = {}
+    if world == 1:
+        out["compile"] = lambda: compiled(x, residual, weight, EPS)
+        return out
+    if shared_gpu:
+        out["nccl+compile"] = "NCCL refuses several ranks on one GPU (shared-GPU mode)"
+        out["flashinfer"] = "needs one GPU per rank"
+        return out
+    import torch.distributed as dist
+
+    buf = (
+        x.clone()
+    )  # reduced in place each call, like a GEMM output; values may overflow, time does not change
+
+    def nccl_compile():
+        dist.all_reduce(buf)
+        return compiled(buf, residual, weight, EPS)
+
+    out["nccl+compile"] = nccl_compile
+    try:
+        import flashinfer.comm  # noqa: F401
+
+        out["flashinfer"] = "importable, but its workspace setup is not wired into this benchmark yet"
+    except Exception as exc:  # any import failure means "not available here"
+        out["flashinfer"] = f"not importable: {type(exc).__name__}: {exc}"[:120]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--shapes", nargs="+", default=["4096x8192", "128x8192", "64x8192", "16x8192", "1x8192"], help="TxH"
+    )
+    parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--mode", choices=["graph", "eager"], nargs="+", default=["graph", "eager"])
+    parser.add_argument("--inner", type=int, default=20, help="calls per graph replay")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    shared_gpu = os.environ.get("TRITON_RAW_SHARED_GPU", "") not in ("", "0")
+    if world > 1:
+        from triton_raw_ext import runtime
+
+        runtime.init()
+    else:
+        torch.cuda.set_device(0)
+    rank = int(os.environ.get("RANK", "0"))
+    dtype = {v: k for k, v in DTYPE_NAMES.items()}[args.dtype]
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
+    compiled = torch.compile(add_rmsnorm, dynamic=False, fullgraph=True)
+    rows = []
+    ops: dict[int, AllReduceRMSNorm] = {}
+    for tokens, hidden in shapes:
+        if hidden not in ops:
+            ops[hidden] = AllReduceRMSNorm(hidden, dtype, max(t for t, h in shapes if h == hidden))
+        op = ops[hidden]
+        x, residual, weight = make_inputs(0, rank, tokens, hidden, dtype, op.device)
+        outs = (torch.empty_like(x), torch.empty_like(x))
+        impls: dict[str, Callable | str] = {
+            "fused": lambda op=op, x=x, r=residual, w=weight, o=outs: op(x, r, w, EPS, o)
+        }
+        impls.update(_baselines(world, shared_gpu, x, residual, weight, compiled))
+        nbytes = effective_bytes(tokens, hidden, x.element_size())
+        for mode in args.mode:
+            timer = Timer(world, mode, args.inner, args.warmup, args.repeats)
+            for name, impl in impls.items():
+                row: dict[str, Any] = {
+                    "impl": name,
+                    "mode": mode,
+                    "T": tokens,
+                    "H": hidden,
+                    "dtype": args.dtype,
+                    "world": world,
+                    "bytes": nbytes,
+                }
+                if isinstance(impl, str):
+                    row["skipped"] = impl
+                else:
+                    us = timer.run(impl)
+                    p50 = percentile(us, 50)
+                    row.update(
+                        p50_us=p50,
+                        p90_us=percentile(us, 90),
+                        p99_us=percentile(us, 99),
+                        mean_us=statistics.fmean(us),
+                        tbps_p50=nbytes / (p50 * 1e-6) / 1e12,
+                    )
+                    if name == "fused":
+                        row["algo"] = op.algorithm_for(tokens).name.lower()
+                rows.append(row)
+    if rank == 0:
+        print(
+            f"{'impl':>13} {'mode':>5} {'T':>5} {'H':>5} {'p50 us':>8} "
+            f"{'p90 us':>8} {'p99 us':>8} {'TB/s':>6}"
+        )
+        for r in rows:
+            if "skipped" in r:
+                print(f"{r['impl']:>13} {r['mode']:>5} {r['T']:5d} {r['H']:5d}  skipped: {r['skipped']}")
+            else:
+                print(
+                    f"{r['impl']:>13} {r['mode']:>5} {r['T']:5d} {r['H']:5d} {r['p50_us']:8.2f} "
+                    f"{r['p90_us']:8.2f} {r['p99_us']:8.2f} {r['tbps_p50']:6.2f}"
+                )
+        import triton
+
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(), "command": " ".join([sys.executable, *sys.argv]),
+            "world": world, "shared_gpu": shared_gpu, "warmup": args.warmup, "repeats": args.repeats,
+            "inner": args.inner, "eps": EPS,
+        }  # fmt: skip
+        out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "bench" / "results"
+        path = args.json or out_dir / f"bench_t1_w{world}_{datetime.date.today().isoformat()}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        print(f"wrote {path}")
+    if world > 1:
+        from triton_raw_ext import runtime
+
+        torch.cuda.synchronize()
+        runtime.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
