@@ -1,0 +1,147 @@
+"""Shapes of one MegaMoE layer and the buffers it needs: pure Python, no GPU.
+
+Contract: :class:`MoEConfig` validates a layer's shape for a world of ``world`` ranks (experts are
+split into contiguous blocks of ``local_experts`` per rank; rank r owns experts
+``[r * local_experts, (r + 1) * local_experts)``). :meth:`MoEConfig.symmetric_buffers` and
+:meth:`MoEConfig.local_buffers` list every workspace tensor (name, shape, dtype name) with upper
+bounds that hold for any routing, so one allocation serves every call with at most
+``max_tokens`` tokens. :func:`choose_tiles` picks the grouped-GEMM tiles from the expected rows
+per expert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4}
+ROW_ALIGN = 64  # H and I must be multiples of this (GEMM K/N tiles and 16-byte row copies)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """One layer: hidden H, intermediate I, E experts in total, top-k, tokens per rank, world size."""
+
+    hidden: int
+    intermediate: int
+    num_experts: int
+    top_k: int
+    max_tokens: int
+    world: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "intermediate", "num_experts", "top_k", "max_tokens", "world"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MoEConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("hidden", "intermediate"):
+            if getattr(self, name) % ROW_ALIGN:
+                raise ValueError(f"MoEConfig.{name}={getattr(self, name)} must be a multiple of {ROW_ALIGN}")
+        if self.num_experts % self.world:
+            raise ValueError(
+                f"num_experts={self.num_experts} must be divisible by world={self.world} (even split)"
+            )
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if self.num_experts > 1024:
+            raise ValueError(
+                f"num_experts={self.num_experts} > 1024: the routing kernel holds a row of logits"
+            )
+
+    @property
+    def local_experts(self) -> int:
+        """Experts owned by each rank."""
+        return self.num_experts // self.world
+
+    @property
+    def recv_rows(self) -> int:
+        """Token rows a rank can receive: ``max_tokens`` from each source rank (deduplicated per rank)."""
+        return self.world * self.max_tokens
+
+    @property
+    def pair_capacity(self) -> int:
+        """Upper bound on (token, local expert) pairs a rank computes in one call."""
+        return self.recv_rows * min(self.top_k, self.local_experts)
+
+    def symmetric_buffers(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """Buffers peers read or write (allocated with NVSHMEM, same shape on every rank)."""
+        t, w, k, h = self.max_tokens, self.world, self.top_k, self.hidden
+        return [
+            ("x_sym", (t, h), "bfloat16"),  # this rank's tokens, pulled by the ranks owning their experts
+            ("topk_ids", (t, k), "int32"),  # global expert ids per token
+            ("topk_w", (t, k), "float32"),  # routing weights per token
+            ("send_idx", (w, t), "int32"),  # per destination rank: the token ids it must pull, in slot order
+            ("send_count", (w,), "int32"),  # per destination rank: how many
+            ("comb", (w, t, h), "bfloat16"),  # [owner rank, slot] partial outputs pushed back by the owners
+        ]
+
+    def local_buffers(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """Buffers only this rank touches."""
+        r, k, h, p = self.recv_rows, self.top_k, self.hidden, self.pair_capacity
+        return [
+            ("slot", (self.max_tokens, self.world), "int32"),  # slot of token t at rank r, or -1
+            ("recv_x", (r, h), "bfloat16"),  # received rows at [src * max_tokens + slot]
+            ("recv_ids", (r, k), "int32"),
+            ("recv_w", (r, k), "float32"),
+            ("recv_n", (self.world,), "int32"),  # rows received from each source rank
+            ("counters", (2 * self.local_experts,), "int32"),  # per local expert: pair count, then cursor
+            ("sorted_row", (p,), "int32"),  # pair -> received row, grouped by local expert
+            ("inv_pos", (r, k), "int32"),  # (received row, k) -> pair position
+            ("h", (p, self.intermediate), "bfloat16"),  # SwiGLU output per pair
+            ("y_pair", (p, h), "bfloat16"),  # expert output per pair
+            ("staging", (r, h), "bfloat16"),  # weighted partial per received row before the push
+        ]
+
+    @staticmethod
+    def nbytes(buffers: list[tuple[str, tuple[int, ...], str]]) -> int:
+        """Total bytes of a buffer list."""
+        total = 0
+        for _, shape, dtype in buffers:
+            n = 1
+            for d in shape:
+                n *= d
+            total += n * DTYPE_BYTES[dtype]
+        return total
+
+    def weight_bytes(self) -> int:
+        """Bytes of this rank's expert weights (bf16 L1 [H, 2I] and L2 [I, H] per local expert)."""
+        return self.local_experts * 3 * self.hidden * self.intermediate * 2
+
+    def flops(self, pairs: int) -> int:
+        """FLOPs of the expert GEMMs for ``pairs`` (token, expert) pairs."""
+        return 2 * pairs * 3 * self.hidden * self.intermediate
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Grouped-GEMM tiles: rows per tile (shared by L1 and L2), L1 N (per gate/up half), L2 N, K."""
+
+    block_m: int
+    block_n1: int
+    block_n2: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tiles:
+    """Tiles for an expected load of ``rows_per_expert`` (average pairs per local expert).
+
+    Few rows per expert waste most of a 128-row tile, so small loads use 64-row tiles; N and K
+    tiles must divide the (64-aligned) dimensions.
+    """
+    block_m = 64 if rows_per_expert <= 96 else 128
+    block_n1 = 64
+    block_n2 = 128 if hidden % 128 == 0 else 64
+    if intermediate % block_n1 or hidden % block_n2:
+        raise ValueError(f"hidden={hidden}, intermediate={intermediate} do not divide into the GEMM tiles")
+    num_warps = 8 if block_m == 128 else 4
+    return Tiles(block_m, block_n1, block_n2, 64, num_warps, 4 if block_m == 128 else 3)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (>= 1)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def max_m_tiles(pair_capacity: int, local_experts: int, block_m: int) -> int:
+    """Upper bound on sum over experts of ceil(rows_e / block_m) when sum(rows_e) <= pair_capacity."""
+    return min(pair_capacity, pair_capacity // block_m + local_experts)

@@ -1,0 +1,228 @@
+"""Run the layer's real Triton kernels on CPU, for W ranks in one process (Triton's interpreter).
+
+Contract: :func:`simulate_kernels` executes every launch of :func:`moe_launch.launches` with
+``TRITON_INTERPRET=1`` semantics, each rank with its own buffers, phase by phase (all ranks run
+the launches up to a barrier, then the next phase), and returns each rank's output and buffers.
+The raw CUDA functions are replaced by Python equivalents: ``nvshmem_ptr`` maps an address inside
+a rank's symmetric buffer to the same offset in rank ``pe``'s copy. This checks the kernels' index
+arithmetic, routing, bookkeeping and reductions without a GPU; it cannot show races, timing or
+the raw CUDA code itself (the GPU suite does).
+
+The interpreter must be chosen before Triton is imported: run this module in a fresh process
+(``python moe_cpu_sim.py`` or :func:`main` from a subprocess) — importing it sets the variable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.runtime import interpreter  # noqa: E402
+from triton.runtime.interpreter import TensorHandle  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import moe_kernels  # noqa: E402
+from moe_config import MoEConfig, Tiles  # noqa: E402
+from moe_launch import launches  # noqa: E402
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32}
+
+
+def _value(x) -> int:
+    """A Python int from an interpreter scalar tensor, a constexpr or an int."""
+    if hasattr(x, "handle"):
+        return int(np.asarray(x.handle.data).reshape(-1)[0])
+    return int(getattr(x, "value", x))
+
+
+def _scalar(value: int, dtype) -> tl.core.tensor:
+    np_dtype = {tl.int64: np.int64, tl.int32: np.int32}[dtype]
+    return tl.core.tensor(TensorHandle(np.array([value], dtype=np_dtype), dtype), dtype)
+
+
+class SymmetricHeap:
+    """Per-rank copies of each symmetric buffer; translates addresses between ranks like nvshmem_ptr."""
+
+    def __init__(self, per_rank: list[dict[str, torch.Tensor]]) -> None:
+        self.per_rank = per_rank
+
+    def translate(self, addr: int, pe: int) -> int:
+        for bufs in self.per_rank:
+            for name, t in bufs.items():
+                base = t.data_ptr()
+                if base <= addr < base + t.numel() * t.element_size():
+                    return self.per_rank[pe][name].data_ptr() + (addr - base)
+        raise AssertionError(f"address {addr:#x} is not in any symmetric buffer")
+
+    def install(self) -> None:
+        """Replace the raw CUDA functions the kernels call with Python versions over this heap."""
+
+        def peer_ptr(sym, pe):
+            return _scalar(self.translate(_value(sym), _value(pe)), tl.int64)
+
+        def peer_load_i32(sym, pe):
+            return _scalar(
+                ctypes.c_int32.from_address(self.translate(_value(sym), _value(pe))).value, tl.int32
+            )
+
+        def pull(dst, src_sym, nbytes, pe):
+            ctypes.memmove(_value(dst), self.translate(_value(src_sym), _value(pe)), _value(nbytes))
+
+        def push(dst_sym, src, nbytes, pe):
+            ctypes.memmove(self.translate(_value(dst_sym), _value(pe)), _value(src), _value(nbytes))
+
+        moe_kernels.moe_peer_ptr = peer_ptr
+        moe_kernels.moe_peer_load_i32 = peer_load_i32
+        moe_kernels.moe_pull = pull
+        moe_kernels.moe_push = push
+
+
+def _bf16_as_f32(handle: TensorHandle) -> np.ndarray:
+    return (handle.data.astype(np.uint32) << 16).view(np.float32)
+
+
+def fix_interpreter_bf16_dot() -> None:
+    """Triton 3.6's interpreter keeps bf16 as raw uint16 and multiplies those integers in tl.dot;
+    widen bf16 operands to float32 first (the product of two bf16 values is exact in float32)."""
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_dot, "_bf16_fixed", False):
+        return
+    original = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype == tl.bfloat16:
+            a = TensorHandle(_bf16_as_f32(a), tl.float32)
+        if b.dtype == tl.bfloat16:
+            b = TensorHandle(_bf16_as_f32(b), tl.float32)
+        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    create_dot._bf16_fixed = True
+    builder.create_dot = create_dot
+
+
+def simulate_kernels(
+    cfg: MoEConfig,
+    tiles: Tiles,
+    xs: list[torch.Tensor],
+    logits: list[torch.Tensor],
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    poison: bool = True,
+) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+    """(outputs, per-rank buffers) of one layer call on every rank; ``w1``/``w2`` hold all experts."""
+    world, e_loc = cfg.world, cfg.local_experts
+    fill = float("nan") if poison else 0.0
+
+    def alloc(specs):
+        out = {}
+        for name, shape, dtype in specs:
+            t = torch.empty(shape, dtype=_DTYPES[dtype])
+            t.fill_(fill if t.is_floating_point() else -7)
+            out[name] = t
+        return out
+
+    sym = [alloc(cfg.symmetric_buffers()) for _ in range(world)]
+    local = [alloc(cfg.local_buffers()) for _ in range(world)]
+    SymmetricHeap(sym).install()
+    fix_interpreter_bf16_dot()
+    ys = [torch.full_like(x, float("nan")) for x in xs]
+    plans = [launches(cfg, tiles, x.shape[0]) for x in xs]
+    bindings = []
+    for r in range(world):
+        b = {**sym[r], **local[r]}
+        b.update(
+            logits=logits[r].contiguous(),
+            x=xs[r].contiguous(),
+            y=ys[r],
+            T=xs[r].shape[0],
+            W=world,
+            me=r,
+            w1=w1[r * e_loc : (r + 1) * e_loc].contiguous(),
+            w2=w2[r * e_loc : (r + 1) * e_loc].contiguous(),
+        )
+        bindings.append(b)
+    phases: list[list[int]] = [[]]
+    for i, launch in enumerate(plans[0]):
+        if launch.barrier_before:
+            phases.append([])
+        phases[-1].append(i)
+    for phase in phases:
+        for r in range(world):
+            for i in phase:
+                launch = plans[r][i]
+                args = [bindings[r][key] for _, key, _ in launch.params]
+                launch.fn[launch.grid](*args, **launch.constexprs)
+    return ys, [{**sym[r], **local[r]} for r in range(world)]
+
+
+SIM_TOL_NORM = 3e-2  # the interpreter's float32 -> bf16 casts truncate instead of rounding
+SIM_TOL_ROW = 0.1  # a lost or doubled token row has error 1.0
+
+
+def check(world: int, skewed: bool, seed: int = 0) -> list[str]:
+    """Run a small layer through :func:`simulate_kernels` and compare with the torch reference."""
+    from moe_config import choose_tiles
+    from moe_reference import reference
+    from moe_routing import receive_counts, route
+
+    h, i, e, k, t_max = 128, 64, 4 * world, 3, 24
+    cfg = MoEConfig(h, i, e, k, t_max, world)
+    g = torch.Generator().manual_seed(seed)
+    w1 = (torch.randn(e, h, 2 * i, generator=g) / h**0.5).bfloat16()
+    w2 = (torch.randn(e, i, h, generator=g) / i**0.5).bfloat16()
+    xs = [torch.randn(t_max - 3 * r, h, generator=g).bfloat16() for r in range(world)]
+    logits = [torch.randn(x.shape[0], e, generator=g) for x in xs]
+    if skewed:
+        for lg in logits:
+            lg[:, 1] += 20.0
+    ys, bufs = simulate_kernels(cfg, choose_tiles(4.0, h, i), xs, logits, w1, w2)
+    errors = []
+    routed = [route(lg, k) for lg in logits]
+    rows, pairs = receive_counts([ids for ids, _ in routed], cfg.local_experts)
+    for r in range(world):
+        ids, wts = routed[r]
+        t = xs[r].shape[0]
+        if not torch.equal(bufs[r]["topk_ids"][:t], ids):
+            errors.append(f"rank {r}: top-k ids differ from torch")
+        if not torch.equal(bufs[r]["recv_n"].long(), rows[r]):
+            errors.append(f"rank {r}: rows received {bufs[r]['recv_n'].tolist()} != {rows[r].tolist()}")
+        if not torch.equal(bufs[r]["counters"].long(), pairs[r].repeat(2)):
+            errors.append(
+                f"rank {r}: expert counters {bufs[r]['counters'].tolist()} != {pairs[r].tolist()} x2"
+            )
+        ref = reference(xs[r], ids, wts, w1, w2)
+        diff = ys[r].float() - ref
+        norm = float(diff.norm() / ref.norm())
+        worst = float((diff.norm(dim=1) / ref.norm(dim=1)).max())
+        if not (norm <= SIM_TOL_NORM and worst <= SIM_TOL_ROW):
+            errors.append(f"rank {r}: output error {norm:.3g} (worst row {worst:.3g})")
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="run the MegaMoE kernels in Triton's interpreter on CPU")
+    parser.add_argument("--world", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args(argv)
+    failed = False
+    for world in args.world:
+        for skewed in (False, True):
+            errors = check(world, skewed)
+            failed |= bool(errors)
+            print(f"world={world} {'skewed' if skewed else 'random'}: {'PASS' if not errors else errors}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
