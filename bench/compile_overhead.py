@@ -126,8 +126,9 @@ def measure(cases: list[str], samples: int, root: Path) -> dict[str, list[dict]]
                 sample = run_sample(case, root / case / f"triton-{i}-{retake}", plugin)
                 if case not in warm_digest or sample["plugin_code"] == warm_digest[case]:
                     break
-                print(f"  {case}: the plugin code changed during the run; re-warming and retaking", flush=True)
-                warm_digest[case] = run_sample(case, root / case / f"rewarm-{i}-{retake}", plugin)["plugin_code"]
+                print(f"  {case}: the plugin code changed; re-warming and retaking", flush=True)
+                rewarm = run_sample(case, root / case / f"rewarm-{i}-{retake}", plugin)
+                warm_digest[case] = rewarm["plugin_code"]
             else:
                 raise SystemExit("the plugin code keeps changing under the benchmark; rerun on a quiet tree")
             results[case].append(sample)
@@ -182,9 +183,13 @@ def summarize(results: dict[str, list[dict]]) -> tuple[dict, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--samples", "-n", type=int, default=5, help="fresh processes per case (default 5)")
-    parser.add_argument("--output", type=Path, help="JSON file (default bench/results/compile_overhead-<date>.json)")
+    parser.add_argument(
+        "--output", type=Path, help="JSON file (default bench/results/compile_overhead-<date>.json)"
+    )
     parser.add_argument("--worker", choices=sorted(CASES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -233,7 +238,8 @@ def main() -> None:
 
     print(f"\n{'case':<16} {'median s':>9} {'vs a s':>8}  import s")
     for case, entry in report["cases"].items():
-        print(f"{case:<16} {entry['median_s']:>9.3f} {entry['overhead_vs_a_s']:>+8.3f}  {entry['import_median_s']:.3f}")
+        median, overhead, imports = entry["median_s"], entry["overhead_vs_a_s"], entry["import_median_s"]
+        print(f"{case:<16} {median:>9.3f} {overhead:>+8.3f}  {imports:.3f}")
     for case, goal in goals.items():
         what = "overhead" if goal["measure"] == "overhead" else "time"
         verdict = "PASS" if goal["pass"] else "FAIL"

@@ -212,8 +212,8 @@ def probe_backend_hook() -> Component:
         False,
         facts,
         problem="triton.knobs.runtime hooks were replaced after `import triton_raw_ext`",
-        fix="import triton_raw_ext after any other Triton plugin, or make that plugin chain the hook "
-        "it replaces",
+        fix="import triton_raw_ext after any other Triton plugin, "
+        "or make that plugin chain the hook it replaces",
     )
 
 
@@ -340,7 +340,7 @@ def check_compile() -> Component:
                     True,
                     False,
                     problem=f"{type(e).__name__}: {e}",
-                    fix="fix the components reported above; rerun with --check to confirm",
+                    fix="the error names the cause; fix it, then rerun `triton-raw doctor --check`",
                 )
             seconds = time.perf_counter() - start
     inlined = re.search(r"call [^\n]*@\w*doctor_add_one", compiled.asm["llir"]) is None
@@ -370,7 +370,13 @@ def collect(check: bool) -> list[Component]:
         components.append(check_compile())
     elif check:
         components.append(
-            Component("check", True, False, problem="not run: the components marked MISSING above are needed")
+            Component(
+                "check",
+                True,
+                False,
+                problem="not run: the components marked MISSING above are needed",
+                fix="apply their fixes, then rerun `triton-raw doctor --check`",
+            )
         )
     return components
 
@@ -391,7 +397,8 @@ def render_text(components: list[Component], usable: bool) -> str:
 
     lines = [f"triton-raw doctor (triton-raw-ext {__version__}, python {sys.version.split()[0]})", ""]
     for c in components:
-        status = "ok" if c.ok else ("MISSING" if c.required else "not available (optional)")
+        failed = "FAILED" if c.name == "check" else "MISSING"
+        status = "ok" if c.ok else (failed if c.required else "not available (optional)")
         lines.append(f"{c.name.replace('_', ' ')}: {status}")
         lines += [f"  {key.replace('_', ' ')}: {_format(value)}" for key, value in c.facts.items()]
         if c.problem:
