@@ -28,8 +28,8 @@ from pathlib import Path
 
 SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 WORLD_SIZES = (1, 2, 4)
-CYCLES = 20
-CORE_TIMEOUT_S = 300.0  # includes the first (cached) nvcc builds of the helpers
+CYCLES = int(os.environ.get("RUNTIME_SUITE_CYCLES", "20"))
+CORE_TIMEOUT_S = float(os.environ.get("RUNTIME_SUITE_CORE_TIMEOUT_S", "300"))  # includes the helpers' nvcc builds
 CYCLE_TIMEOUT_S = 120.0
 RAISE_BOUND_S = 90.0
 PEER_FAILED_EXIT_CODE = 86  # triton_raw_ext.runtime.PEER_FAILED_EXIT_CODE (not imported here)
@@ -83,11 +83,13 @@ def _suite_helper():  # -> ctypes.CDLL
 
 def _timed(results: dict, name: str, fn) -> None:
     start = time.perf_counter()
+    print(f"check {name}: started", file=sys.stderr, flush=True)  # a hang shows where in stderr_tail
     try:
         fn()
         results[name] = {"ok": True, "seconds": round(time.perf_counter() - start, 4)}
     except Exception as exc:  # a failed sub-check is reported, the others still run
         results[name] = {"ok": False, "seconds": round(time.perf_counter() - start, 4), "error": repr(exc)[:500]}
+    print(f"check {name}: {'ok' if results[name]['ok'] else 'FAILED'}", file=sys.stderr, flush=True)
 
 
 def worker_core() -> dict:
