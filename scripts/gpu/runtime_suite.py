@@ -296,6 +296,9 @@ def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], floa
             LOCAL_WORLD_SIZE=str(world),
             TRITON_RAW_SHARED_GPU="1",
             TRITON_RAW_FINALIZE_TIMEOUT_S="60",
+            # NVSHMEM's full multi-process-per-GPU mode (host on-stream put/get/signal are refused
+            # in its "limited" mode) needs each PE's MPS share to be 100 / PEs.
+            CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world),
         )
         procs.append(
             subprocess.Popen(
