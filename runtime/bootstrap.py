@@ -31,21 +31,6 @@ def shared_gpu_requested(flag: bool | None) -> bool:
     return os.environ.get(SHARED_GPU_ENV, "").strip().lower() not in _FALSE
 
 
-FULL_MPG_ENV = "NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-
-
-def request_full_mpg() -> None:
-    """Ask NVSHMEM for its full multi-process-per-GPU mode (shared-GPU mode, under MPS).
-
-    Without it NVSHMEM runs several PEs of one GPU in "limited MPG" mode unless every PE's
-    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` is 100 / PEs, and host collectives then abort the
-    process ("Called NVSHMEM API not supported with limited MPG", seen on the H200). Each PE may
-    then use the whole GPU: kernels that wait on other PEs must keep their resident programs within
-    SMs / PEs. A value the user set wins.
-    """
-    os.environ.setdefault(FULL_MPG_ENV, "1")
-
-
 def select_device(shared_gpu: bool, device_count: int) -> int:
     """The CUDA device of this PE: 0 in shared-GPU mode, else ``$LOCAL_RANK`` (default 0)."""
     if device_count < 1:

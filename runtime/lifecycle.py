@@ -147,8 +147,6 @@ def init(group: Any = None, *, shared_gpu: bool | None = None) -> None:
         from .hostlib import STATUS_IS_INITIALIZED, host_library
 
         shared = bootstrap.shared_gpu_requested(shared_gpu)
-        if shared:
-            bootstrap.request_full_mpg()
         device = bootstrap.select_device(
             shared, torch.cuda.device_count() if torch.cuda.is_available() else 0
         )

@@ -191,14 +191,3 @@ def test_watchdog_ends_peers_of_a_failed_rank(case: str, pairs: dict) -> None:
     if failing == 1:
         assert "PE 1 of 2: raised RuntimeError: boom on purpose" in survivor.stderr
     assert elapsed < PAIR_TIMEOUT_S
-
-
-def test_shared_gpu_mode_requests_full_mpg(monkeypatch) -> None:
-    from triton_raw_ext.runtime import bootstrap
-
-    monkeypatch.delenv(bootstrap.FULL_MPG_ENV, raising=False)
-    bootstrap.request_full_mpg()
-    assert os.environ[bootstrap.FULL_MPG_ENV] == "1"
-    monkeypatch.setenv(bootstrap.FULL_MPG_ENV, "0")  # the user's choice wins
-    bootstrap.request_full_mpg()
-    assert os.environ[bootstrap.FULL_MPG_ENV] == "0"
