@@ -47,3 +47,21 @@ def aot(fn, signature: dict[str, str], constexprs: dict[str, object] | None = No
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
+
+
+def load_tutorial_aot(folder: str):
+    """Import ``tutorials/<folder>/aot.py`` under a name of its own (every tutorial has an aot.py)."""
+    import importlib.util
+    import sys
+
+    path = TUTORIALS / folder / "aot.py"
+    name = f"tutorial_aot_{folder.replace('-', '_')}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

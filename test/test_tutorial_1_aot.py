@@ -19,9 +19,11 @@ sys.path.insert(0, str(TUTORIAL))
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")
 
-import aot  # noqa: E402
 from arn_plan import Algorithm  # noqa: E402
+from conftest import load_tutorial_aot  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
+
+aot = load_tutorial_aot("01-allreduce-rmsnorm")
 
 TARGET = GPUTarget("cuda", 90, 32)
 

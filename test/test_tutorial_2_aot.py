@@ -5,27 +5,20 @@ pipeline as it is without the wait."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import pytest
 import triton
+from conftest import load_tutorial_aot
 from triton.backends.compiler import GPUTarget
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "02-allgather-gemm"
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def _load_aot():
-    spec = importlib.util.spec_from_file_location("tutorial2_aot", TUTORIAL / "aot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-aot = _load_aot()
+aot = load_tutorial_aot("02-allgather-gemm")
 sys.path.insert(0, str(TUTORIAL))
 import ag_schedule as schedule  # noqa: E402
 

@@ -12,7 +12,9 @@ from triton.backends.compiler import GPUTarget
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
 sys.path.insert(0, str(TUTORIAL))
 
-import aot  # noqa: E402
+from conftest import load_tutorial_aot  # noqa: E402
+
+aot = load_tutorial_aot("03-megamoe")
 
 KERNELS = aot.kernels()
 OPTIONS = aot.options()
