@@ -52,13 +52,17 @@ def pytest_sessionfinish(session, exitstatus):
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 
 
-def load_tutorial_aot(folder: str):
-    """Import ``tutorials/<folder>/aot.py`` under a name of its own (every tutorial has an aot.py)."""
+def load_tutorial_aot(folder: str, module: str = "aot"):
+    """Import ``tutorials/<folder>/<module>.py`` under a name of its own.
+
+    Every tutorial has an ``aot.py`` and a ``benchmark.py``: imported by their plain names, the
+    first tutorial's would shadow the others'.
+    """
     import importlib.util
     import sys
 
-    path = TUTORIALS / folder / "aot.py"
-    name = f"tutorial_aot_{folder.replace('-', '_')}"
+    path = TUTORIALS / folder / f"{module}.py"
+    name = f"tutorial_{module}_{folder.replace('-', '_')}"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)

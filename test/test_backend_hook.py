@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -39,7 +40,10 @@ SCRIPT = textwrap.dedent('''
 def test_chains_with_an_earlier_hook(tmp_path: Path):
     script = tmp_path / "chain.py"
     script.write_text(SCRIPT)
+    # A Triton cache of its own: the earlier hook changes the PTX, and stage hooks are not part of
+    # Triton's cache key, so a shared cache would hand the changed PTX to other tests.
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     out = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok 1"

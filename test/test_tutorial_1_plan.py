@@ -171,7 +171,9 @@ def test_tolerance_accepts_rounding_and_rejects_two_ulps_and_nan(dtype):
 
 
 def test_percentile():
-    from benchmark import percentile
+    from conftest import load_tutorial_aot
+
+    percentile = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark").percentile
 
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == pytest.approx(50.5)
