@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -185,7 +186,10 @@ def test_watchdog_ends_peers_of_a_failed_rank(case: str, pairs: dict) -> None:
     failing = _WATCHDOG_CASES[case]
     results, elapsed = pairs[case]
     survivor = results[1 - failing]
-    assert results[failing].returncode == 1 and "boom on purpose" in results[failing].stderr
+    # The raising rank exits 1, or is aborted at exit by torch's TCPStore thread when it hosts the
+    # store ("terminate called without an active exception", seen with torch 2.13 in CI).
+    assert results[failing].returncode in (1, -signal.SIGABRT), results[failing].stderr
+    assert "boom on purpose" in results[failing].stderr
     assert survivor.returncode == PEER_FAILED_EXIT_CODE, survivor.stderr
     assert "because another PE failed" in survivor.stderr
     if failing == 1:
