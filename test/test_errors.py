@@ -231,3 +231,14 @@ def test_lossless_widening_is_accepted_and_narrowing_is_not():
     c = aot(widen, {"x_ptr": "*i32", "y_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 128})
     assert "arith.extsi" in c.asm["ttir"] and c.asm["cubin"][:4] == b"\x7fELF"
     assert "parameter 'x' (__half) expects fp16, got fp32" in _compile_error(narrow)
+
+
+def test_missing_triton_or_llvmlite_names_the_fix():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    probe = f"import sys; sys.path.insert(0, {str(root)!r}); import triton_raw_ext"
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "pip install 'triton>=3.6,<3.7' 'llvmlite>=0.50'" in out.stderr

@@ -6,6 +6,15 @@ gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.
 
 from pathlib import Path as _Path
 
+try:
+    import llvmlite as _llvmlite  # noqa: F401
+    import triton as _triton  # noqa: F401
+except ImportError as _missing:  # name the fix instead of failing deep inside an import
+    raise ImportError(
+        f"triton-raw-ext needs the triton 3.6 wheel and llvmlite >= 0.50 ({_missing}); "
+        "install them with `pip install 'triton>=3.6,<3.7' 'llvmlite>=0.50'`"
+    ) from _missing
+
 # In a source checkout the `passes/` and `runtime/` folders sit beside this package (installs map
 # them to triton_raw_ext.passes and triton_raw_ext.runtime): serve them from there too.
 _checkout = _Path(__file__).resolve().parent.parent
