@@ -135,6 +135,9 @@ _BROADCAST = """
     dog.stop()
     if world.rank == 1:
         time.sleep(2.0)
+    # A clean exit destroys the group: left to interpreter shutdown, torch's gloo threads can abort
+    # the process ("terminate called without an active exception", seen once in CI).
+    dist.destroy_process_group()
 """
 
 _WATCHDOG = """
