@@ -47,6 +47,11 @@ def _type_name(ty: llvm.TypeRef) -> str:
     return ty.name if ty.is_struct else str(ty)
 
 
+def _ir_type(ty: llvm.TypeRef) -> str:
+    """How the type is spelled in IR text: ``%struct.x`` for named structs, else as printed."""
+    return f"%{ty.name}" if ty.is_struct else str(ty)
+
+
 def _abi_param(fn_name: str, arg: llvm.ValueRef, index: int) -> tuple[str, list[str], str]:
     """(ABI type, IR lines converting %p<index> into the callee's argument, call operand)."""
     attrs = [a.decode() for a in arg.attributes]
@@ -123,9 +128,8 @@ def _is_exported(fn: llvm.ValueRef) -> bool:
 
 def _declaration(fn: llvm.ValueRef) -> str:
     ret_ty, *param_tys = fn.global_value_type.elements
-    _, callee_ret = _abi_return(ret_ty) if not ret_ty.is_struct else (None, f"%{_type_name(ret_ty)}")
-    params = ", ".join(f"%{_type_name(t)}" if t.is_struct else str(t) for t in param_tys)
-    return f"declare {callee_ret} @{fn.name}({params})"
+    params = ", ".join(_ir_type(t) for t in param_tys)
+    return f"declare {_ir_type(ret_ty)} @{fn.name}({params})"
 
 
 def abi_wrappers(mod: llvm.ModuleRef, functions: list[str] | None = None) -> WrapperReport:
