@@ -18,6 +18,7 @@ import dataclasses
 import re
 
 from triton import knobs
+from triton.backends.nvidia.compiler import sm_arch_from_capability
 
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
@@ -32,10 +33,6 @@ def raw_libraries(ttgir: str) -> dict[str, str]:
     return {f"{LIBRARY_NAME}_{i}": path for i, path in enumerate(paths)}
 
 
-def _cpu(capability: int) -> str:
-    return f"sm_{capability}{'a' if capability >= 90 else ''}"
-
-
 def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
     original = stages["llir"]
 
@@ -45,7 +42,7 @@ def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
             return original(src, metadata)
         extern_libs = dict(options.extern_libs or ()) | libs
         llir = backend.make_llir(src, metadata, dataclasses.replace(options, extern_libs=extern_libs), capability)
-        return link_nvshmem(llir, capability, _cpu(capability), metadata)
+        return link_nvshmem(llir, capability, sm_arch_from_capability(capability), metadata)
 
     stages["llir"] = make_llir
 

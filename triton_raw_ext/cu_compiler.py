@@ -23,10 +23,10 @@ from triton_raw_ext.passes.module_io import declared_functions, load
 
 from .cache import digest, get_or_build, write_atomic
 from .errors import RawCompileError
+from .nvshmem_install import NVSHMEM_PREFIXES
 from .toolchain import find_clang, find_cuda_headers
 
 INCLUDE_DIR = Path(__file__).parent / "include"
-NVSHMEM_PREFIXES = ("nvshmem_", "nvshmemx_", "nvshmemi_")
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,6 @@ class RawLibrary:
     path: Path
     functions: dict[str, WrappedFunction]  # name in the .cu -> wrapper info
     unsupported: dict[str, str]  # name in the .cu -> why Triton cannot call it
-    nvshmem_symbols: tuple[str, ...]
 
 
 def clang_command(spec: CompileSpec, arch: int, output: Path) -> list[str]:
@@ -130,4 +129,4 @@ def compile_raw_library(spec: CompileSpec, source_key: str, arch: int) -> RawLib
         name: WrappedFunction(f["target"], f["symbol"], f["ret"], [tuple(p) for p in f["params"]], f["pure"])
         for name, f in sig["functions"].items()
     }
-    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"], tuple(sig["nvshmem_symbols"]))
+    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"])

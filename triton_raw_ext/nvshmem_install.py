@@ -18,6 +18,10 @@ from pathlib import Path
 from .cache import cache_dir, write_atomic
 from .errors import RawCompileError
 
+# Names of NVSHMEM's device API and internals: what a raw library or kernel IR leaves undefined for
+# the NVSHMEM link to resolve.
+NVSHMEM_PREFIXES = ("nvshmem_", "nvshmemx_", "nvshmemi_")
+
 INSTALL_HINT = (
     "install the NVSHMEM wheel (`pip install nvidia-nvshmem-cu13`, or `nvidia-nvshmem-cu12` for CUDA 12) "
     "or point NVSHMEM_HOME at an NVSHMEM installation (a folder with include/ and lib/)"

@@ -18,7 +18,7 @@ from triton_raw_ext.passes.module_io import declared_functions, load, parse
 
 from .cache import digest, get_or_build, write_atomic
 from .errors import RawCompileError
-from .nvshmem_install import file_digest, find_nvshmem
+from .nvshmem_install import NVSHMEM_PREFIXES, file_digest, find_nvshmem
 from .version import code_digest
 
 # Globals nvshmemx_cumodule_init looks up by name: they must stay externally visible.
@@ -26,7 +26,9 @@ STATE_GLOBALS = frozenset({
     "nvshmemi_device_state_d", "nvshmemi_device_lib_version_d",
     "nvshmemi_ibgda_device_state_d", "nvshmemi_gpunetio_device_state_d",
 })  # fmt: skip
-_DECLARED_NVSHMEM = re.compile(r"^declare [^@\n]*@(nvshmemx?i?_\w+)\(", re.MULTILINE)
+_DECLARED_NVSHMEM = re.compile(
+    rf"^declare [^@\n]*@((?:{'|'.join(map(re.escape, NVSHMEM_PREFIXES))})\w*)\(", re.MULTILINE
+)
 
 
 def nvshmem_symbols_declared(llir: str) -> list[str]:

@@ -85,7 +85,9 @@ class Options:
 
     @property
     def cpu(self) -> str:
-        return f"sm_{self.arch}{'a' if self.arch >= 90 else ''}"
+        from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+        return sm_arch_from_capability(self.arch)
 
 
 def _names(value: str) -> list[str]:
