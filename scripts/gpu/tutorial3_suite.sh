@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Tutorial 3 (MegaMoE) GPU suite, one H200, under 5 minutes: correctness at world 1 (small shapes,
+# Tutorial 3 (MegaMoE) GPU suite, one H200, under 7 minutes: correctness at world 1 (small shapes,
 # the production per-rank load E=16 and all 128 experts local; random and skewed routing, two calls
 # per layer), the benchmark at world 1 (layer eager + CUDA graph, grouped GEMMs alone, torch
-# reference, roofline), then world 2 in shared-GPU mode with MPS at small shapes. Every step has a
+# reference, roofline), then world 2 and 4 in shared-GPU mode with MPS at small shapes. Every step has a
 # timeout; a PASS/FAIL table comes last; JSON and logs land in $OUT (else bench/results/).
 export RESULTS=${OUT:-$PWD/bench/results}
 source scripts/gpu/setup.sh
@@ -26,6 +26,8 @@ start_mps
 trap stop_mps EXIT
 step w2_shared_gpu_mps 75 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=2 \
   --master_port=29517 $T3/megamoe.py --cases small --json "$RESULTS/t3_w2_small.json"
+step w4_shared_gpu_mps 90 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=4 \
+  --master_port=29518 $T3/megamoe.py --cases small --json "$RESULTS/t3_w4_small.json"
 stop_mps
 trap - EXIT
 echo "== Tutorial 3 (MegaMoE) suite =="

@@ -321,8 +321,11 @@ def main(argv: list[str] | None = None) -> int:
             if case[2] % world:
                 continue
             for routing in args.routing:
+                print(f"rank {me}: case {name} {case} {routing}: started", file=sys.stderr, flush=True)
                 rows.append(check_case(case, routing == "skewed", args.iters, seed=17 + n_case))
                 rows[-1]["case"] = name
+                verdict = "ok" if rows[-1]["ok"] else "FAIL"
+                print(f"rank {me}: case {name} {case} {routing}: {verdict}", file=sys.stderr, flush=True)
     if world > 1:
         import torch.distributed as dist
 
