@@ -267,11 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     for dtype_name in args.dtypes:
         for shape in args.shapes:
             t0 = time.perf_counter()
+            label = f"rank {os.environ.get('RANK', '0')}: {'x'.join(map(str, shape))} {dtype_name}"
+            print(f"{label}: started", file=sys.stderr, flush=True)  # a timeout or trap shows which shape
             try:
                 row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG)
             except (ValueError, RuntimeError) as e:
                 row = {"shape": list(shape), "dtype": dtype_name, "ok": False, "error": str(e)[:400]}
             row["seconds"] = round(time.perf_counter() - t0, 2)
+            print(f"{label}: {'ok' if row['ok'] else 'FAIL'} ({row['seconds']} s)", file=sys.stderr, flush=True)
             rows.append(row)
     world = dist.get_world_size() if dist.is_initialized() else 1
     all_rows = [rows]

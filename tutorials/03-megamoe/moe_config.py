@@ -112,7 +112,8 @@ class MoEConfig:
 
 @dataclass(frozen=True)
 class Tiles:
-    """Grouped-GEMM tiles: rows per tile (shared by L1 and L2), L1 N (per gate/up half), L2 N, K."""
+    """Grouped-GEMM tiles: rows per tile (shared by L1 and L2), L1 N (per gate/up half), L2 N, K;
+    ``group_m``: M tiles walked together, N fastest inside the group (L2 reuse of A rows and weights)."""
 
     block_m: int
     block_n1: int
@@ -120,6 +121,7 @@ class Tiles:
     block_k: int
     num_warps: int
     num_stages: int
+    group_m: int = 4
 
 
 def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tiles:

@@ -230,6 +230,20 @@ def _expert_tile(counters_ptr, pid_m, E_LOC: tl.constexpr, E_P2: tl.constexpr, B
 
 
 @triton.jit
+def _tile_order(M_TILES: tl.constexpr, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of this program in a 1-D grid: groups of GROUP_M M tiles, N fastest inside a group.
+
+    Programs that run together then share a few experts' A rows and weight columns, so both stay in
+    L2 (M fastest would stream every expert's A rows once per N tile).
+    """
+    pid = tl.program_id(0)
+    per_group = GROUP_M * N_TILES
+    first_m = (pid // per_group) * GROUP_M
+    group_size = tl.minimum(M_TILES - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_size, (pid % per_group) // group_size
+
+
+@triton.jit
 def moe_l1_swiglu(
     recv_x,
     sorted_row,
@@ -243,10 +257,11 @@ def moe_l1_swiglu(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    M_TILES: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     """h[p, n] = silu(x_p @ w1[e][:, n]) * (x_p @ w1[e][:, INTER + n]) for pairs p of expert e."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = _tile_order(M_TILES, INTER // BLOCK_N, GROUP_M)
     expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
     if expert >= E_LOC:
         return
@@ -283,10 +298,11 @@ def moe_l2(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    M_TILES: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     """y_pair[p] = h[p] @ w2[e] for pairs p of expert e."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = _tile_order(M_TILES, H // BLOCK_N, GROUP_M)
     expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
     if expert >= E_LOC:
         return

@@ -158,8 +158,10 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 BLOCK_M=tiles.block_m,
                 BLOCK_N=tiles.block_n1,
                 BLOCK_K=tiles.block_k,
+                M_TILES=m_tiles,
+                GROUP_M=tiles.group_m,
             ),
-            grid=(m_tiles, i // tiles.block_n1),
+            grid=(m_tiles * (i // tiles.block_n1),),
             **gemm,
         ),
         KernelLaunch(
@@ -179,8 +181,10 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 BLOCK_M=tiles.block_m,
                 BLOCK_N=tiles.block_n2,
                 BLOCK_K=tiles.block_k,
+                M_TILES=m_tiles,
+                GROUP_M=tiles.group_m,
             ),
-            grid=(m_tiles, h // tiles.block_n2),
+            grid=(m_tiles * (h // tiles.block_n2),),
             **gemm,
         ),
         KernelLaunch(

@@ -1,0 +1,152 @@
+"""Sweep the grouped-GEMM tiles of MegaMoE on a GPU: time L1 (+SwiGLU) and L2 per candidate, check each.
+
+One layer call at world 1 fixes the routing and the pair lists; then every candidate's two GEMM
+launches run on the same bindings. Each candidate's ``h`` and ``y_pair`` must match the first
+candidate's within bf16 rounding (a wrong tile walk shows up as a large error or NaN; workspaces are
+poisoned first). Medians of ``triton.testing.do_bench`` (L2 flushed between repeats). Prints a table
+and writes JSON to ``--out`` (default ``$OUT`` or ``bench/results/``)::
+
+    python tune_gemms.py                      # the production per-rank load: H=4096, I=1536, E=16, k=8, T=512
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from megamoe import MegaMoE, make_inputs, make_weights  # noqa: E402
+from moe_config import Tiles  # noqa: E402
+from moe_launch import launches  # noqa: E402
+
+# (block_m, block_n, block_k, num_warps, num_stages, group_m) per kernel; the first is the reference.
+L1_CANDIDATES = [
+    (128, 64, 64, 8, 4, 4),
+    (128, 64, 64, 8, 4, 1),
+    (128, 64, 64, 8, 4, 16),
+    (128, 128, 64, 8, 3, 4),
+    (128, 128, 64, 8, 4, 4),
+    (128, 64, 128, 8, 3, 4),
+    (64, 128, 64, 4, 4, 4),
+    (128, 128, 32, 8, 5, 4),
+]
+L2_CANDIDATES = [
+    (128, 128, 64, 8, 4, 4),
+    (128, 128, 64, 8, 4, 1),
+    (128, 256, 64, 8, 3, 4),
+    (128, 256, 64, 8, 4, 4),
+    (64, 256, 64, 4, 4, 4),
+    (128, 128, 128, 8, 3, 4),
+    (128, 256, 32, 8, 5, 4),
+]
+
+
+def _tiles(kernel: str, cand: tuple[int, ...], base: Tiles) -> Tiles:
+    bm, bn, bk, warps, stages, group = cand
+    if kernel == "moe_l1_swiglu":
+        return Tiles(bm, bn, base.block_n2, bk, warps, stages, group)
+    return Tiles(bm, base.block_n1, bn, bk, warps, stages, group)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument("--intermediate", type=int, default=1536)
+    parser.add_argument("--experts", type=int, default=16)
+    parser.add_argument("--top-k", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--rep-ms", type=int, default=200)
+    parser.add_argument(
+        "--out", type=Path, default=Path(os.environ.get("OUT") or HERE.parent.parent / "bench/results")
+    )
+    args = parser.parse_args(argv)
+    import triton
+    import triton.testing
+
+    from triton_raw_ext import runtime as rt
+
+    rt.init()
+    if rt.n_pes() != 1:
+        raise SystemExit("tune_gemms.py runs at world 1 (all experts local)")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    h, i, e, k, t = args.hidden, args.intermediate, args.experts, args.top_k, args.tokens
+    w1, w2 = make_weights(h, i, e, 5, dev)
+    layer = MegaMoE(h, i, e, k, t, w1, w2)
+    x, logits = make_inputs(t, h, e, False, 100, dev)
+    y = torch.empty_like(x)
+    layer(x, logits, out=y)
+    torch.cuda.synchronize()
+    bindings = layer._bindings(x, logits, y)
+    pairs = t * k
+    flops = {"moe_l1_swiglu": 2 * pairs * h * 2 * i, "moe_l2": 2 * pairs * i * h}
+    output = {"moe_l1_swiglu": "h", "moe_l2": "y_pair"}
+    rows, reference = [], {}
+    for kernel, candidates in (("moe_l1_swiglu", L1_CANDIDATES), ("moe_l2", L2_CANDIDATES)):
+        for cand in candidates:
+            tiles = _tiles(kernel, cand, layer.tiles)
+            (launch,) = [lc for lc in launches(layer.cfg, tiles, t) if lc.name == kernel]
+            call_args = [bindings[key] for _, key, _ in launch.params]
+
+            def run(launch=launch, call_args=call_args) -> None:
+                launch.fn[launch.grid](
+                    *call_args, **launch.constexprs, num_warps=launch.num_warps, num_stages=launch.num_stages
+                )
+
+            out = bindings[output[kernel]][:pairs]
+            row = {"kernel": kernel, "tiles": list(cand), "grid": launch.grid[0]}
+            try:
+                out.fill_(float("nan"))
+                run()
+                torch.cuda.synchronize()
+                got = out.float().clone()
+                if kernel not in reference:
+                    reference[kernel] = got
+                ref = reference[kernel]
+                row["rel_err_vs_first"] = float((got - ref).norm() / ref.norm())
+                row["ok"] = bool(torch.isfinite(got).all()) and row["rel_err_vs_first"] < 1e-2
+                ms = float(triton.testing.do_bench(run, warmup=10, rep=args.rep_ms, return_mode="median"))
+                row["us"] = ms * 1e3
+                row["tflops"] = flops[kernel] / (ms * 1e-3) / 1e12
+            except Exception as exc:  # a candidate that does not compile (shared memory, registers) is reported
+                row.update(ok=False, error=repr(exc)[:300])
+            rows.append(row)
+            verdict = "ok" if row["ok"] else "FAIL " + row.get("error", "")
+            us, tflops = row.get("us", float("nan")), row.get("tflops", float("nan"))
+            print(f"{kernel:14} {str(cand):28} {us:8.1f} us {tflops:6.1f} TFLOP/s  {verdict}", flush=True)
+    best = {}
+    for kernel in flops:
+        good = [r for r in rows if r["kernel"] == kernel and r["ok"]]
+        if good:
+            best[kernel] = min(good, key=lambda r: r["us"])
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(dev),
+        "versions": {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
+        "command": " ".join(sys.argv),
+        "shape": {"hidden": h, "intermediate": i, "experts": e, "top_k": k, "tokens": t, "pairs": pairs},
+        "tile_fields": ["block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m"],
+        "rows": rows,
+        "best": best,
+    }
+    print("best:", {kname: (r["tiles"], round(r["us"], 1)) for kname, r in best.items()})
+    bindings = None
+    layer.close()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"tutorial3_tune_gemms_{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
+    rt.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
