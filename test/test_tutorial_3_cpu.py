@@ -66,8 +66,11 @@ def test_tiles_and_launch_grids():
         "moe_combine",
         "moe_reduce",
     ]
-    assert by_name["moe_l1_swiglu"].grid == ((4096 // 128 + 16) * (1536 // 64),)
-    assert by_name["moe_l2"].grid == ((4096 // 128 + 16) * (4096 // 128),)
+    assert by_name["moe_l1_swiglu"].grid == ((4096 // 128 + 16) * (1536 // 128),)
+    assert by_name["moe_l2"].grid == ((4096 // 128 + 16) * (4096 // 256),)
+    assert (choose_tiles(256, 4160, 1600).block_n1, choose_tiles(256, 4160, 1600).block_n2) == (64, 64)
+    with pytest.raises(ValueError, match="divide"):
+        choose_tiles(256, 4096, 1000)
     assert by_name["moe_reduce"].grid == (500,) and by_name["moe_route"].grid == (32,)
     assert [lc.name for lc in by_name.values() if lc.barrier_before] == ["moe_dispatch", "moe_reduce"]
     with pytest.raises(ValueError):
