@@ -88,3 +88,12 @@ def test_nvshmem_kernel_links_nvshmem_once():
         "nvshmem_signal_wait_until", "nvshmemx_putmem_signal_block",
     }  # fmt: skip
     assert len(re.findall(r"\.visible \.\w+ .*\bnvshmemi_device_state_d\[", ptx)) == 1
+
+
+@requires_nvshmem
+def test_nvshmem_put_get_kernel_links_block_put_and_get():
+    c = aot(k.put_get_kernel, {"buf": "*i32", "got": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
+    _assert_raw_inlined(c)
+    assert {"nvshmemx_putmem_block", "nvshmemx_getmem_block", "nvshmem_barrier_all"} <= set(c.metadata.raw_nvshmem)
+    externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", c.asm["ptx"]))
+    assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"

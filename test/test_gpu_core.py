@@ -85,5 +85,23 @@ def test_nvshmem_ring_at_world_size_one(torch):
         assert slot.item() == 0 and sig.item() == step
 
 
+@requires_nvshmem
+def test_nvshmem_put_get_at_world_size_one(torch):
+    """Device-side block put and get with itself: the put lands in the second half, the get reads the first."""
+    from kernels.raw_kernels import put_get_kernel
+
+    from triton_raw_ext import runtime
+
+    runtime.init()
+    block = 256
+    buf = runtime.zeros((2 * block,), torch.int32)
+    buf[:block] = torch.arange(block, device="cuda", dtype=torch.int32) + 300
+    got = torch.full((block,), -1, device="cuda", dtype=torch.int32)
+    runtime.barrier_all()
+    put_get_kernel[(1,)](buf, got, BLOCK=block)
+    torch.cuda.synchronize()
+    assert buf[block:].tolist() == buf[:block].tolist() == got.tolist()
+
+
 def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b

@@ -5,10 +5,12 @@ Run from the repository root, with the package importable (e.g. PYTHONPATH=/tmp/
     python3 scripts/gpu/runtime_suite.py
 
 It starts MPS (unless already running; stopped again at the end), then for world sizes 1, 2 and 4
-runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check: init, put/get, put-with-signal
-+ wait, barrier, peer() views, peer() errors, symmetric tensors freed once; then 20 init/finalize
-cycles in fresh processes, and that a rank raising mid-run ends its peers with an error in bounded
-time. Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL table and writes
+runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check: init, put/get and put-with-signal
++ wait from kernels (raw NVSHMEM), barrier, peer() views, peer() errors, symmetric tensors freed once;
+then, at world 2 and 4 with each PE's MPS share set to 100/PEs (NVSHMEM's full multi-process-per-GPU
+mode, which host-initiated on-stream calls need), host on-stream put/get from a load_host helper;
+then 20 init/finalize cycles in fresh processes, and that a rank raising mid-run ends its peers with an
+error in bounded time. Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL table and writes
 JSON (date, GPU, versions, command, per-check results and timings) to $OUT, else bench/results/.
 Exit status: 0 when every check passed.
 """
@@ -96,8 +98,7 @@ def worker_core() -> dict:
         return results
     me, n = runtime.my_pe(), runtime.n_pes()
     right, left = (me + 1) % n, (me - 1) % n
-    stream = torch.cuda.current_stream()
-    helper = _suite_helper()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test"))
 
     def identity() -> None:
         assert me == int(os.environ.get("RANK", "0")), (me, os.environ.get("RANK"))
@@ -116,30 +117,23 @@ def worker_core() -> dict:
         torch.cuda.synchronize()
 
     def put_get() -> None:
-        dst = runtime.zeros(4096, torch.float32)
-        src = runtime.empty(4096, torch.float32)
-        src.copy_(torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * me)
+        """Put to and get from the next PE from a kernel (raw NVSHMEM, test/kernels/shmem-device.cu)."""
+        from kernels.raw_kernels import put_get_kernel
+
+        block = 1024
+        buf = runtime.zeros(2 * block, torch.int32)
+        buf[:block] = torch.arange(block, device="cuda", dtype=torch.int32) + 1000 * me
+        got = torch.full((block,), -1, device="cuda", dtype=torch.int32)
         runtime.barrier_all()
-        helper.suite_put(dst.data_ptr(), src.data_ptr(), dst.numel() * 4, right, stream.cuda_stream)
-        runtime.quiet()
-        runtime.barrier_all()
-        torch.cuda.synchronize()
-        expect = torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * left
-        assert torch.equal(dst, expect), dst[:4].tolist()
-        got = torch.empty(4096, device="cuda", dtype=torch.float32)
-        helper.suite_get(got.data_ptr(), src.data_ptr(), got.numel() * 4, right, stream.cuda_stream)
-        torch.cuda.synchronize()
-        assert torch.equal(got, torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * right)
+        put_get_kernel[(1,)](buf, got, BLOCK=block)
         runtime.barrier_all()
         torch.cuda.synchronize()
+        ramp = torch.arange(block, device="cuda", dtype=torch.int32)
+        assert torch.equal(buf[block:], ramp + 1000 * left), buf[block : block + 4].tolist()
+        assert torch.equal(got, ramp + 1000 * right), got[:4].tolist()
 
     def signal_wait() -> None:
-        """Put-with-signal and wait from a kernel (raw NVSHMEM functions, test/kernels/shmem-device.cu).
-
-        Host on-stream put-with-signal + signal-wait hit an illegal address with PEs sharing the
-        H200 (2026-11-29); device-side calls are what kernels use, and ran at 2 and 4 PEs.
-        """
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test"))
+        """Put-with-signal and wait from a kernel (raw NVSHMEM functions, test/kernels/shmem-device.cu)."""
         from kernels.raw_kernels import ring_kernel
 
         block = 256
@@ -227,6 +221,44 @@ def worker_core() -> dict:
     return results
 
 
+def worker_host_stream() -> dict:
+    """Host-initiated on-stream put and get (a host .cu helper built by load_host) with the next PE."""
+    import torch
+
+    from triton_raw_ext import runtime
+
+    results: dict = {}
+    _timed(results, "init", runtime.init)
+    if not results["init"]["ok"]:
+        return results
+    me, n = runtime.my_pe(), runtime.n_pes()
+    right, left = (me + 1) % n, (me - 1) % n
+    stream = torch.cuda.current_stream()
+    helper = _suite_helper()
+
+    def host_put_get() -> None:
+        dst = runtime.zeros(4096, torch.float32)
+        src = runtime.empty(4096, torch.float32)
+        src.copy_(torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * me)
+        runtime.barrier_all()
+        helper.suite_put(dst.data_ptr(), src.data_ptr(), dst.numel() * 4, right, stream.cuda_stream)
+        runtime.quiet()
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+        expect = torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * left
+        assert torch.equal(dst, expect), dst[:4].tolist()
+        got = torch.empty(4096, device="cuda", dtype=torch.float32)
+        helper.suite_get(got.data_ptr(), src.data_ptr(), got.numel() * 4, right, stream.cuda_stream)
+        torch.cuda.synchronize()
+        assert torch.equal(got, torch.arange(4096, device="cuda", dtype=torch.float32) + 1000 * right)
+        runtime.barrier_all()
+        torch.cuda.synchronize()
+
+    _timed(results, "host_put_get", host_put_get)
+    _timed(results, "finalize", runtime.finalize)
+    return results
+
+
 def worker_cycle() -> dict:
     import torch
 
@@ -264,7 +296,7 @@ def worker_raise() -> dict:
     return {"unexpected": {"ok": False, "error": "the barrier completed without PE 1"}}
 
 
-WORKERS = {"core": worker_core, "cycle": worker_cycle, "raise": worker_raise}
+WORKERS = {"core": worker_core, "host_stream": worker_host_stream, "cycle": worker_cycle, "raise": worker_raise}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,8 +310,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], float]:
-    """Run ``world`` PEs of worker ``kind``; returns per-rank {rc, stdout, stderr, result} and wall time."""
+def run_world(kind: str, world: int, timeout_s: float, mps_share: bool = False) -> tuple[list[dict], float]:
+    """Run ``world`` PEs of worker ``kind``; returns per-rank {rc, stdout, stderr, result} and wall time.
+
+    ``mps_share``: give each PE an MPS share of 100 / PEs, NVSHMEM's condition for its full
+    multi-process-per-GPU mode (without it NVSHMEM runs "limited MPG", which refuses host-initiated
+    on-stream put/get/signal calls).
+    """
     port = _free_port()
     procs = []
     start = time.monotonic()
@@ -295,10 +332,9 @@ def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], floa
             LOCAL_WORLD_SIZE=str(world),
             TRITON_RAW_SHARED_GPU="1",
             TRITON_RAW_FINALIZE_TIMEOUT_S="60",
-            # NVSHMEM's full multi-process-per-GPU mode (host on-stream put/get/signal are refused
-            # in its "limited" mode) needs each PE's MPS share to be 100 / PEs.
-            CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world),
         )
+        if mps_share:
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(100 // world)
         procs.append(
             subprocess.Popen(
                 [sys.executable, __file__, "--worker", kind],
@@ -329,8 +365,9 @@ def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], floa
     return ranks, time.monotonic() - start
 
 
-def check_core(world: int) -> list[dict]:
-    ranks, wall = run_world("core", world, CORE_TIMEOUT_S)
+def check_core(world: int, kind: str = "core", mps_share: bool = False) -> list[dict]:
+    ranks, wall = run_world(kind, world, CORE_TIMEOUT_S, mps_share)
+    prefix = f"world{world}" if kind == "core" else f"world{world}-{kind}-mps-share"
     names = sorted({name for r in ranks for name in r["result"]}) or ["init"]
     checks = []
     for name in names:
@@ -340,14 +377,14 @@ def check_core(world: int) -> list[dict]:
         errors += [f"PE {i}: exit {r['rc']}: {r['stderr_tail'][-600:]}" for i, r in enumerate(ranks) if r["rc"] != 0]
         checks.append(
             {
-                "check": f"world{world}/{name}",
+                "check": f"{prefix}/{name}",
                 "ok": ok,
                 "seconds": max((p.get("seconds", 0.0) for p in per_rank), default=0.0),
                 "detail": "; ".join(errors)[:2000],
             }
         )
     checks.append(
-        {"check": f"world{world}/wall", "ok": all(r["rc"] == 0 for r in ranks), "seconds": round(wall, 2), "detail": ""}
+        {"check": f"{prefix}/wall", "ok": all(r["rc"] == 0 for r in ranks), "seconds": round(wall, 2), "detail": ""}
     )
     return checks
 
@@ -442,6 +479,7 @@ def main() -> int:
     checks: list[dict] = []
     report["checks"], report["passed"] = checks, False
     stages = [lambda w=w: check_core(w) for w in WORLD_SIZES]
+    stages += [lambda w=w: check_core(w, "host_stream", mps_share=True) for w in WORLD_SIZES[1:]]
     stages += [lambda: [check_cycles(2)], lambda: [check_raise(2)]]
     print(f"{'check':<40}  result  seconds", flush=True)
     try:

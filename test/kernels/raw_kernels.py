@@ -67,6 +67,14 @@ def put_signal_block(dst, src, nbytes, sig, value, pe): ...
 
 
 @dialect(name="cuda", file=SHMEM, library="nvshmem")
+def put_block(dst, src, nbytes, pe): ...
+
+
+@dialect(name="cuda", file=SHMEM, library="nvshmem")
+def get_block(dst, src, nbytes, pe): ...
+
+
+@dialect(name="cuda", file=SHMEM, library="nvshmem")
 def wait_signal(sig, value): ...
 
 
@@ -142,3 +150,17 @@ def ring_kernel(buf, slot, sig, out, step, BLOCK: tl.constexpr):
     tl.store(out + offs, tl.load(buf + BLOCK + offs, volatile=True))
     tl.store(out + BLOCK, peer_reachable(buf, peer))
     barrier_all()
+
+
+@triton.jit
+def put_get_kernel(buf, got, BLOCK: tl.constexpr):
+    """Device-side put and get with the next PE.
+
+    ``buf`` is symmetric [2 * BLOCK] int32: this PE puts its first half into the next PE's second
+    half, then (after a barrier, which completes the puts) gets the next PE's first half into the
+    local ``got`` [BLOCK].
+    """
+    peer = (my_pe() + 1) % n_pes()
+    put_block(buf + BLOCK, buf, BLOCK * 4, peer)
+    barrier_all()
+    get_block(got, buf, BLOCK * 4, peer)

@@ -18,6 +18,17 @@ extern "C" __device__ void put_signal_block(void *dst, const void *src, long lon
   nvshmemx_putmem_signal_block(dst, src, (size_t)bytes, sig, (uint64_t)value, NVSHMEM_SIGNAL_SET, pe);
 }
 
+// The whole CTA copies `bytes` of local `src` into `dst` on PE `pe` (complete at the next barrier).
+extern "C" __device__ void put_block(void *dst, const void *src, long long bytes, int pe) {
+  nvshmemx_putmem_block(dst, src, (size_t)bytes, pe);
+}
+
+// The whole CTA copies `bytes` of `src` on PE `pe` into local `dst` (complete on return).
+extern "C" __device__ void get_block(void *dst, const void *src, long long bytes, int pe) {
+  nvshmemx_getmem_block(dst, src, (size_t)bytes, pe);
+  __syncthreads();
+}
+
 // Every thread waits until the local `sig` is >= `value`.
 extern "C" __device__ void wait_signal(uint64_t *sig, long long value) {
   nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)value);

@@ -31,6 +31,15 @@ COPY_BW = 4.27e12  # bytes/s, device copy measured on the H200
 MATMUL_RATE = 713e12  # FLOP/s, bf16 matmul measured on the H200
 
 
+# Phases of one call, each re-runnable alone on the data the previous call left (plan zeroes the
+# counters that dispatch fills, so the first phase starts at route).
+PHASES = {
+    "route_to_place": ("moe_route", "moe_plan", "moe_dispatch", "moe_place"),
+    "grouped_gemms": ("moe_l1_swiglu", "moe_l2"),
+    "combine_reduce": ("moe_combine", "moe_reduce"),
+}
+
+
 def roofline_s(weight_bytes: int, flops: int) -> float:
     """The floor of one call: max of reading the weights once and doing the expert FLOPs."""
     return max(weight_bytes / COPY_BW, flops / MATMUL_RATE)
@@ -76,9 +85,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: dict[str, float] = {}
     rows["megamoe_eager_ms"] = _median_ms(lambda: layer(x, logits, out=y), args.rep_ms)
-    rows["grouped_gemms_ms"] = _median_ms(
-        lambda: layer.run(bindings, t, only=("moe_l1_swiglu", "moe_l2")), args.rep_ms
-    )
+    for phase, kernels in PHASES.items():  # each phase alone on the last call's data; the order keeps it valid
+        rows[f"{phase}_ms"] = _median_ms(lambda kernels=kernels: layer.run(bindings, t, only=kernels), args.rep_ms)
     graph = None
     if world == 1:
         graph = torch.cuda.CUDAGraph()
