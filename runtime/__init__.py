@@ -14,6 +14,7 @@ from .lifecycle import (
     is_initialized,
     my_pe,
     n_pes,
+    pes_per_gpu,
     quiet,
 )
 from .memory import empty, heap_stats, peer, zeros
@@ -33,6 +34,7 @@ __all__ = [
     "my_pe",
     "n_pes",
     "peer",
+    "pes_per_gpu",
     "quiet",
     "zeros",
 ]

@@ -89,6 +89,7 @@ class Session:
     serial: int
     worker: _DaemonWorker
     watchdog: PeerWatchdog | None = None
+    shared_gpu: bool = False
 
 
 _session: Session | None = None
@@ -163,6 +164,7 @@ def init(group: Any = None, *, shared_gpu: bool | None = None) -> None:
             )
         else:
             session = _bootstrap(lib, bootstrap.join_world(group, shared), device, bootstrap)
+        session.shared_gpu = shared
         _session = session
         if not _atexit_registered:
             atexit.register(_finalize_at_exit)
@@ -195,6 +197,16 @@ def _bootstrap(lib: ctypes.CDLL, world: Any, device: int, bootstrap: Any) -> Ses
 def my_pe() -> int:
     """This process's PE number."""
     return require("my_pe()").pe
+
+
+def pes_per_gpu() -> int:
+    """How many PEs run kernels on this PE's GPU: ``n_pes()`` in shared-GPU mode, else 1.
+
+    Persistent kernels that spin on peers' data size their grids with it: in shared-GPU mode the
+    PEs' kernels compete for the same SMs, and a grid that takes them all can starve a peer's work.
+    """
+    session = require("pes_per_gpu()")
+    return session.n_pes if session.shared_gpu else 1
 
 
 def n_pes() -> int:

@@ -77,6 +77,7 @@ def test_not_initialised_errors() -> None:
     for call, name in (
         (runtime.my_pe, "my_pe()"),
         (runtime.n_pes, "n_pes()"),
+        (runtime.pes_per_gpu, "pes_per_gpu()"),
         (runtime.barrier_all, "barrier_all()"),
         (runtime.quiet, "quiet()"),
         (lambda: runtime.empty(4), "empty()"),
@@ -107,6 +108,13 @@ def test_queries_and_stream_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime.quiet(type("Stream", (), {"cuda_stream": 99})())
     runtime.cumodule_init(0xABC)
     assert lib.calls == [("barrier", 1234), ("quiet", 99), ("cumodule", 0xABC)]
+
+
+def test_pes_per_gpu_counts_peers_only_in_shared_gpu_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = _install(monkeypatch, FakeLib())
+    assert runtime.pes_per_gpu() == 1
+    session.shared_gpu = True
+    assert runtime.pes_per_gpu() == 2
 
 
 def test_cumodule_init_failure_names_the_module(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,6 +49,11 @@ from ag_schedule import DEFAULT_CONFIG, GemmConfig, check_shapes, push_order  # 
 from ag_stream_ops import write_flag  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# Shared-GPU mode (several PEs on one GPU): each PE's persistent GEMM takes SMs // PEs minus this
+# many programs. A GEMM holding every SM while it spins on a peer's flag can starve the work that
+# raises the flag (the peer's barrier kernel, or a same-device copy run on SMs): seen as the 20 s
+# wait trap at world 2 and 4 on the H200 for shapes whose tiles fill the GPU.
+SPARE_SMS_PER_SHARING_PE = 2
 ISSUE_SHAPES = ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
                 (4096, 8192, 28672))  # (m_per_rank, n_per_rank, k)
 
@@ -92,6 +97,9 @@ class AllGatherGEMM:
         if (runtime.my_pe(), runtime.n_pes()) != (self.rank, self.world):
             raise RuntimeError(f"NVSHMEM PE {runtime.my_pe()}/{runtime.n_pes()} differs from group rank "
                                f"{self.rank}/{self.world}: initialise NVSHMEM over the same group")
+        sharing = runtime.pes_per_gpu()
+        if sharing > 1:  # shared-GPU mode: every PE's persistent GEMM must fit at once, with SMs to spare
+            self.num_sms = max(1, self.num_sms // sharing - SPARE_SMS_PER_SHARING_PE)
         self.gathered = runtime.empty((self.world * m_per_rank, k), dtype)
         self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
         slot = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)
