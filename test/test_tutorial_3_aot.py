@@ -1,7 +1,8 @@
-"""Tutorial 3 (MegaMoE): every kernel compiles ahead of time for sm_90 (no GPU needed)."""
+"""Tutorial 3 (MegaMoE): every kernel (bf16 and fp8) compiles ahead of time for sm_90 (no GPU needed)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -18,6 +19,8 @@ aot = load_tutorial_aot("03-megamoe")
 
 KERNELS = aot.kernels()
 OPTIONS = aot.options()
+FP8_GEMMS = ("moe_l1_swiglu_fp8", "moe_l2_fp8")
+SHARED_LIMIT = 232448  # bytes of shared memory one block may use on the H100/H200 (227 KB)
 
 
 @pytest.mark.nvshmem
@@ -25,12 +28,23 @@ OPTIONS = aot.options()
 def test_kernel_compiles_for_sm90(name, src):
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=OPTIONS[name])
     assert compiled.asm["cubin"]
-    ttgir = compiled.asm["ttgir"]
-    if name in ("moe_l1_swiglu", "moe_l2"):
+    assert compiled.metadata.shared <= SHARED_LIMIT, f"{compiled.metadata.shared} B of shared memory cannot launch"
+    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    if name in ("moe_l1_swiglu", "moe_l2", *FP8_GEMMS):
         assert "warp_group_dot" in ttgir, "the grouped GEMM must use Hopper's wgmma"
         assert "async_copy_global_to_local" in ttgir, "the grouped GEMM must be software-pipelined"
-    if name in ("moe_dispatch", "moe_combine"):
-        assert "nvshmemi_device_state_d" in compiled.asm["ptx"], "NVSHMEM's device library must be linked"
+    if name in FP8_GEMMS:
+        assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx), (
+            "the fp8 GEMM must run e4m3 x e4m3 wgmma (fp8 wgmma reads B K-major from shared memory)"
+        )
+        assert re.search(r"nvmma_shared<\{[^}]*transposed = true[^}]*elementBitWidth = 8", ttgir), (
+            "the K-major weight tile must be staged K-contiguous in shared memory"
+        )
+    if name in ("moe_route_fp8", "moe_l1_swiglu_fp8"):
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, "quantization must round to nearest even (as moe_quant)"
+        assert "div.rn.f32" in ptx, "the scale division must be IEEE (as torch in moe_quant)"
+    if name in ("moe_dispatch", "moe_combine", "moe_dispatch_fp8"):
+        assert "nvshmemi_device_state_d" in ptx, "NVSHMEM's device library must be linked"
 
 
 def test_every_kernel_listed():
@@ -43,4 +57,8 @@ def test_every_kernel_listed():
         "moe_l2",
         "moe_combine",
         "moe_reduce",
+        "moe_route_fp8",
+        "moe_dispatch_fp8",
+        "moe_l1_swiglu_fp8",
+        "moe_l2_fp8",
     ]

@@ -1,7 +1,9 @@
 """Tutorial 3 (MegaMoE) on CPU: shapes, routing, dispatch bookkeeping, the algorithm, the kernels.
 
-The last test runs the layer's real Triton kernels in Triton's interpreter (subprocess), at
-world 1, 2 and 4 with emulated nvshmem_ptr; races and the raw CUDA code need the GPU suite.
+The kernel tests run the layer's real Triton kernels in Triton's interpreter (subprocess), at
+world 1, 2 and 4 with emulated nvshmem_ptr, in bf16 and fp8; races and the raw CUDA code need the
+GPU suite. The fp8 tests also check the block quantization helpers and the quantization-aware
+reference.
 """
 
 from __future__ import annotations
@@ -16,9 +18,19 @@ import torch
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
 sys.path.insert(0, str(TUTORIAL))
 
-from moe_config import MoEConfig, choose_tiles, max_m_tiles  # noqa: E402
-from moe_launch import launches  # noqa: E402
-from moe_reference import reference, reference_bf16  # noqa: E402
+from moe_config import FP8_BLOCK, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8, max_m_tiles  # noqa: E402
+from moe_launch import launches, launches_fp8  # noqa: E402
+from moe_quant import (  # noqa: E402
+    AMAX_FLOOR,
+    FP8_MAX,
+    dequantize_blocks,
+    dequantize_rows,
+    expert_weights,
+    quantize_blocks,
+    quantize_k_major,
+    quantize_rows,
+)
+from moe_reference import reference, reference_bf16, reference_fp8  # noqa: E402
 from moe_routing import receive_counts, route, send_plan, simulate  # noqa: E402
 
 
@@ -146,6 +158,165 @@ def test_kernels_in_interpreter():
     """The real kernels (Triton interpreter, emulated nvshmem_ptr) at world 1, 2, 4, random + skewed."""
     proc = subprocess.run(
         [sys.executable, str(TUTORIAL / "moe_cpu_sim.py"), "--world", "1", "2", "4"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count("PASS") == 6
+
+
+# ----------------------------------------------------------------------------- fp8
+
+
+def _within_e4m3_rounding(v: torch.Tensor, deq: torch.Tensor, scale: torch.Tensor) -> bool:
+    """|deq - v| <= 2**-4 |v| (normal e4m3) or half the subnormal step 2**-9 (times the block scale)."""
+    return bool(((deq - v).abs() <= torch.maximum(v.abs() * 2**-4, scale * 2**-10) * (1 + 1e-6)).all())
+
+
+def test_quantize_rows_round_trip_and_shapes():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(33, 512, generator=g) * torch.logspace(-3, 3, 4).repeat_interleave(128)  # blocks 1e6 apart
+    q, scale = quantize_rows(x.bfloat16())
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (33, 512) and scale.shape == (33, 4)
+    v = x.bfloat16().float()
+    deq = dequantize_rows(q, scale)
+    assert _within_e4m3_rounding(v, deq, scale.repeat_interleave(FP8_BLOCK, 1))
+    assert torch.equal(q.float().abs().unflatten(1, (4, 128)).amax(-1), torch.full((33, 4), FP8_MAX))
+    torch.testing.assert_close(scale, v.abs().unflatten(1, (4, 128)).amax(-1) / FP8_MAX, rtol=0, atol=0)
+    assert 0.01 < float((deq - v).norm() / v.norm()) < 0.05  # e4m3: ~3.6 % rms, not exact, not garbage
+
+
+def test_quantize_rounds_to_nearest_even_and_zero_blocks():
+    x = torch.zeros(2, 256)
+    x[0, :6] = torch.tensor([448.0, 15.5, 14.5, 2.0**-10, 1e-3, -232.0])  # scale 1: values land on e4m3 as is
+    q, scale = quantize_rows(x)
+    assert q[0, :6].float().tolist() == [448.0, 16.0, 14.0, 0.0, 2.0**-9, -224.0]  # ties to even, subnormals
+    assert float(scale[0, 0]) == 1.0
+    zero_scales = scale.flatten()[1:]  # the other three blocks are all zero
+    assert torch.equal(zero_scales, torch.full((3,), AMAX_FLOOR / FP8_MAX))
+    assert torch.isfinite(zero_scales).all() and (zero_scales > 0).all()
+    assert torch.equal(dequantize_rows(q, scale)[1], torch.zeros(256))
+
+
+def test_quantize_blocks_are_independent():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(3, 256, 384, generator=g)
+    q, scale = quantize_blocks(w)
+    assert q.shape == w.shape and scale.shape == (3, 2, 3)
+    per_value = scale.repeat_interleave(128, 1).repeat_interleave(128, 2)
+    assert _within_e4m3_rounding(w, dequantize_blocks(q, scale), per_value)
+    louder = w.clone()
+    louder[1, 128:, :128] *= 1024.0  # one block: only its scale moves, its values keep their e4m3 codes
+    q2, scale2 = quantize_blocks(louder)
+    changed = (scale2 != scale).nonzero().tolist()
+    assert changed == [[1, 1, 0]]
+    assert torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        quantize_blocks(torch.randn(128, 100))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        quantize_rows(torch.randn(4, 192))
+
+
+def test_k_major_weights_match_blocks_of_the_given_layout():
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(2, 256, 384, generator=g).bfloat16()  # [E, K, N]
+    q, scale = quantize_k_major(w)
+    assert q.shape == (2, 384, 256) and scale.shape == (2, 3, 2) and q.is_contiguous()
+    torch.testing.assert_close(
+        dequantize_blocks(q, scale).transpose(1, 2), dequantize_blocks(*quantize_blocks(w)), rtol=0, atol=0
+    )
+    bound = expert_weights(w, w.transpose(1, 2).contiguous(), "fp8")
+    assert sorted(bound) == ["w1q", "w1s", "w2q", "w2s"]
+    assert bound["w2q"].shape == (2, 256, 384) and bound["w2s"].shape == (2, 2, 3)
+    assert sorted(expert_weights(w, w, "bf16")) == ["w1", "w2"]
+    with pytest.raises(ValueError, match="bf16.*fp8"):
+        expert_weights(w, w, "fp16")
+
+
+def test_fp8_reference_is_the_quantized_math():
+    g = torch.Generator().manual_seed(3)
+    h, i, e, k = 256, 256, 4, 2
+    w1, w2 = torch.randn(e, h, 2 * i, generator=g) / h**0.5, torch.randn(e, i, h, generator=g) / i**0.5
+    x = torch.randn(40, h, generator=g)
+    ids, w = route(torch.randn(40, e, generator=g), k)
+    ref = reference(x, ids, w, w1, w2)
+    fp8 = reference_fp8(x, ids, w, w1, w2)
+    err = float((fp8 - ref).norm() / ref.norm())
+    assert 0.03 < err < 0.1, err  # three e4m3 roundings (x, w, h) of ~3.6 % each, not more
+    # Quantized operands survive a second round trip (to float32 rounding), so they lose nothing more
+    # there; h is rounded again because it is computed.
+    x_exact = dequantize_rows(*quantize_rows(x))
+    w1_exact, w2_exact = (dequantize_blocks(*quantize_blocks(t)) for t in (w1, w2))
+    torch.testing.assert_close(
+        reference_fp8(x_exact, ids, w, w1_exact, w2_exact), fp8, rtol=1e-5, atol=1e-6
+    )
+    h_only = float((fp8 - reference(x_exact, ids, w, w1_exact, w2_exact)).norm() / ref.norm())
+    assert 0.01 < h_only < err  # the h quantization is part of the reference, and only part of its error
+
+
+def test_fp8_config_buffers_and_validation():
+    cfg = MoEConfig(4096, 1536, 128, 8, 512, world=8, precision="fp8")
+    sym = {n: (shape, dt) for n, shape, dt in cfg.symmetric_buffers()}
+    local = {n: (shape, dt) for n, shape, dt in cfg.local_buffers()}
+    assert sym["x_sym"] == ((512, 4096), "float8_e4m3fn") and sym["x_scale"] == ((512, 32), "float32")
+    assert local["recv_x"] == ((4096, 4096), "float8_e4m3fn") and local["recv_xs"] == ((4096, 32), "float32")
+    assert local["h"] == ((32768, 1536), "float8_e4m3fn") and local["h_scale"] == ((32768, 12), "float32")
+    assert local["y_pair"][1] == "bfloat16" and sym["comb"][1] == "bfloat16"
+    bf16 = MoEConfig(4096, 1536, 128, 8, 512, world=8)
+    assert "x_scale" not in {n for n, _, _ in bf16.symmetric_buffers()}
+    assert MoEConfig.nbytes(cfg.symmetric_buffers()) < MoEConfig.nbytes(bf16.symmetric_buffers())
+    n = 16 * 3 * 4096 * 1536
+    assert cfg.weight_bytes() == n + n // 128**2 * 4 and bf16.weight_bytes() == 2 * n
+    with pytest.raises(ValueError, match="multiple of 128 for precision='fp8'"):
+        MoEConfig(4096, 192, 16, 8, 512, precision="fp8")
+    with pytest.raises(ValueError, match="'bf16', 'fp8'"):
+        MoEConfig(4096, 1536, 16, 8, 512, precision="fp16")
+    from megamoe import MegaMoE
+
+    with pytest.raises(ValueError, match="'bf16', 'fp8'"):  # before anything needs a GPU
+        MegaMoE(128, 128, 2, 1, 8, torch.empty(0), torch.empty(0), precision="e4m3")
+
+
+def test_fp8_launches():
+    cfg = MoEConfig(4096, 1536, 16, 8, 512, precision="fp8")
+    tiles = choose_tiles_fp8(256, 4096, 1536)
+    assert (tiles.block_k, tiles.block_n1, tiles.block_m, tiles.block_n2) == (128, 128, 128, 128)
+    assert choose_tiles_fp8(32, 4096, 1536).block_m == 64
+    with pytest.raises(ValueError, match="multiples of 128"):
+        choose_tiles_fp8(256, 4096, 1600)
+    plan = launches(cfg, tiles, 500)
+    assert plan == launches_fp8(cfg, tiles, 500)
+    assert [lc.name for lc in plan] == [
+        "moe_route_fp8",
+        "moe_plan",
+        "moe_dispatch_fp8",
+        "moe_place",
+        "moe_l1_swiglu_fp8",
+        "moe_l2_fp8",
+        "moe_combine",
+        "moe_reduce",
+    ]
+    bf16_plan = launches(MoEConfig(4096, 1536, 16, 8, 512), choose_tiles(256, 4096, 1536), 500)
+    assert [lc.step for lc in plan] == [lc.name for lc in bf16_plan]  # bf16 names select the fp8 steps
+    for ours, theirs in zip(plan, bf16_plan, strict=True):
+        if ours.name == theirs.name:  # shared kernels: the very same launch
+            assert ours == theirs
+    by_name = {lc.name: lc for lc in plan}
+    assert by_name["moe_l1_swiglu_fp8"].grid == ((4096 // 128 + 16) * (1536 // 128),)
+    assert by_name["moe_l2_fp8"].grid == ((4096 // 128 + 16) * (4096 // 128),)
+    assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
+    with pytest.raises(ValueError, match="block_k = block_n1 = 128"):
+        launches(cfg, Tiles(128, 128, 256, 32, 8, 5), 500)
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        launches_fp8(MoEConfig(4096, 1536, 16, 8, 512), tiles, 500)
+
+
+def test_fp8_kernels_in_interpreter():
+    """The fp8 kernels in Triton's interpreter (its float32 -> e4m3 cast replaced by torch's round to
+    nearest even, see moe_cpu_sim) at world 1, 2, 4, random + skewed, against reference_fp8."""
+    proc = subprocess.run(
+        [sys.executable, str(TUTORIAL / "moe_cpu_sim.py"), "--precision", "fp8", "--world", "1", "2", "4"],
         capture_output=True,
         text=True,
         timeout=600,

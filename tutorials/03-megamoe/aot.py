@@ -3,7 +3,8 @@
 ``kernels()`` is the project's AOT contract: the main job compiles each entry for sm_90 on
 machines without a GPU. The representative layer is the production load at world 2 (so the
 multi-rank code paths are the ones compiled): H=4096, I=1536, E=32 (16 local), top-k 8, 512
-tokens per rank, with the tiles the layer picks for it.
+tokens per rank, with the tiles the layer picks for it, in bf16 and then fp8 (the kernels both
+precisions share are listed once).
 """
 
 from __future__ import annotations
@@ -15,18 +16,30 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from moe_config import MoEConfig, choose_tiles  # noqa: E402
+import dataclasses  # noqa: E402
+
+from moe_config import MoEConfig, choose_tiles, choose_tiles_fp8  # noqa: E402
 from moe_launch import KernelLaunch, launches  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 REPRESENTATIVE = MoEConfig(hidden=4096, intermediate=1536, num_experts=32, top_k=8, max_tokens=512, world=2)
+REPRESENTATIVES = (REPRESENTATIVE, dataclasses.replace(REPRESENTATIVE, precision="fp8"))
 
 
-def kernels(cfg: MoEConfig = REPRESENTATIVE) -> list[tuple[str, ASTSource]]:
-    """(name, ASTSource) for every kernel of one layer call with shape ``cfg``."""
-    rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
-    tiles = choose_tiles(rows, cfg.hidden, cfg.intermediate)
-    return [(launch.name, ast_source(launch)) for launch in launches(cfg, tiles, cfg.max_tokens)]
+def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[KernelLaunch]:
+    """The launches of one call of each config with the tiles the layer picks, each kernel name once."""
+    by_name: dict[str, KernelLaunch] = {}
+    for cfg in configs:
+        rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
+        pick = choose_tiles_fp8 if cfg.precision == "fp8" else choose_tiles
+        for launch in launches(cfg, pick(rows, cfg.hidden, cfg.intermediate), cfg.max_tokens):
+            by_name.setdefault(launch.name, launch)
+    return list(by_name.values())
+
+
+def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str, ASTSource]]:
+    """(name, ASTSource) for every kernel of one layer call of each config."""
+    return [(launch.name, ast_source(launch)) for launch in all_launches(configs)]
 
 
 def ast_source(launch: KernelLaunch) -> ASTSource:
@@ -41,13 +54,11 @@ def ast_source(launch: KernelLaunch) -> ASTSource:
     return ASTSource(launch.fn, signature=launch.signature(), constexprs=dict(launch.constexprs), attrs=attrs)
 
 
-def options(cfg: MoEConfig = REPRESENTATIVE) -> dict[str, dict[str, int]]:
+def options(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> dict[str, dict[str, int]]:
     """Compile options (warps, stages) of each kernel of :func:`kernels`, by name."""
-    rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
-    tiles = choose_tiles(rows, cfg.hidden, cfg.intermediate)
     return {
         launch.name: {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-        for launch in launches(cfg, tiles, cfg.max_tokens)
+        for launch in all_launches(configs)
     }
 
 

@@ -12,6 +12,9 @@ Contract per rank: x [T, H] bf16 and router logits [T, E] (float32, bf16 or fp16
 rank r owns experts [r * E/W, (r + 1) * E/W) with weights w1 [E/W, H, 2I] (gate columns, then up)
 and w2 [E/W, I, H] bf16. y[t] = sum_k w[t, k] * L2_e(SwiGLU(L1_e(x[t]))) over the top-k experts e
 of token t, weights softmax-normalised over the selected logits (ties go to the lower expert id).
+``precision="fp8"`` runs the expert GEMMs on float8 e4m3 operands with block scales: the weights are
+quantized once at construction (one scale per 128 x 128 block), x per token and 128 channels before
+dispatch, h the same way after SwiGLU (``moe_quant``; H and I multiples of 128); y stays bf16.
 Consecutive calls are safe back to back: every symmetric buffer a peer touches is rewritten only
 after a barrier that the peer passes after its last access (see the README).
 
@@ -19,6 +22,7 @@ Run as a script for the correctness check (PASS/FAIL table, JSON with --json)::
 
     torchrun --nproc_per_node=1 megamoe.py --cases small
     TRITON_RAW_SHARED_GPU=1 torchrun --nproc_per_node=2 megamoe.py --cases small
+    python megamoe.py --precision fp8 --cases small equiv
 """
 
 from __future__ import annotations
@@ -36,10 +40,16 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from moe_config import MoEConfig, Tiles, choose_tiles  # noqa: E402
+from moe_config import FP8_BLOCK, PRECISIONS, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8  # noqa: E402
 from moe_launch import KernelLaunch, launches  # noqa: E402
+from moe_quant import expert_weights, quantize_rows  # noqa: E402
 
-_TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32}
+_TORCH_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "int32": torch.int32,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+}
 _LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -49,6 +59,8 @@ class MegaMoE:
     Construction and :meth:`close` are collective (same arguments on every rank). NVSHMEM must be
     initialised (``triton_raw_ext.runtime.init()``) first. Every peer must be reachable with loads
     and stores (one node: NVLink, PCIe P2P or the same GPU); otherwise construction raises.
+    ``precision`` is "bf16" (default) or "fp8" (e4m3 with block scales; the bf16 weights given are
+    quantized here and not kept); ``tiles`` default to :func:`choose_tiles` / :func:`choose_tiles_fp8`.
     """
 
     def __init__(
@@ -61,13 +73,17 @@ class MegaMoE:
         w1: torch.Tensor,
         w2: torch.Tensor,
         tiles: Tiles | None = None,
+        *,
+        precision: str = "bf16",
     ) -> None:
         from triton_raw_ext import runtime as rt
 
+        if precision not in PRECISIONS:
+            raise ValueError(f"MegaMoE: precision={precision!r}; use one of {PRECISIONS}")
         if not rt.is_initialized():
             raise RuntimeError("MegaMoE needs NVSHMEM: call triton_raw_ext.runtime.init() first")
         self.rank, world = rt.my_pe(), rt.n_pes()
-        self.cfg = MoEConfig(hidden, intermediate, num_experts, top_k, max_tokens, world)
+        self.cfg = MoEConfig(hidden, intermediate, num_experts, top_k, max_tokens, world, precision)
         e_loc, h, i = self.cfg.local_experts, hidden, intermediate
         for name, t, shape in (("w1", w1, (e_loc, h, 2 * i)), ("w2", w2, (e_loc, i, h))):
             if tuple(t.shape) != shape or t.dtype != torch.bfloat16 or not t.is_cuda:
@@ -75,25 +91,24 @@ class MegaMoE:
                     f"MegaMoE: {name} must be a CUDA bf16 tensor of shape {shape} (this rank's "
                     f"experts), got {tuple(t.shape)} {t.dtype} on {t.device}"
                 )
-        self.w1, self.w2 = w1.contiguous(), w2.contiguous()
         rows = max_tokens * world * top_k / num_experts  # expected pairs per local expert, uniform routing
-        self.tiles = tiles or choose_tiles(rows, hidden, intermediate)
+        self.tiles = tiles or (choose_tiles_fp8 if precision == "fp8" else choose_tiles)(rows, hidden, intermediate)
+        # built now so that tiles unfit for the precision raise here, before any collective allocation
+        self._launches: dict[int, list[KernelLaunch]] = {max_tokens: launches(self.cfg, self.tiles, max_tokens)}
+        self.weights = expert_weights(w1, w2, precision)
         self._rt = rt
         self.sym = {n: rt.zeros(s, _TORCH_DTYPES[d]) for n, s, d in self.cfg.symmetric_buffers()}
         for pe in range(world):
             rt.peer(self.sym["comb"], pe)  # raises naming the PE when it is not load/store reachable
-        dev = self.w1.device
+        dev = w1.device
         self.local = {
             n: torch.zeros(s, dtype=_TORCH_DTYPES[d], device=dev) for n, s, d in self.cfg.local_buffers()
         }
-        self._launches: dict[int, list[KernelLaunch]] = {}
         self.closed = False
 
     def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
-        b: dict[str, object] = {**self.sym, **self.local}
-        b.update(
-            logits=logits, x=x, y=y, w1=self.w1, w2=self.w2, T=x.shape[0], W=self.cfg.world, me=self.rank
-        )
+        b: dict[str, object] = {**self.sym, **self.local, **self.weights}
+        b.update(logits=logits, x=x, y=y, T=x.shape[0], W=self.cfg.world, me=self.rank)
         return b
 
     def __call__(
@@ -126,12 +141,13 @@ class MegaMoE:
         return y
 
     def run(self, bindings: dict[str, object], tokens: int, only: tuple[str, ...] = ()) -> None:
-        """Enqueue the launches of one call (all, or just the kernels named in ``only``)."""
+        """Enqueue the launches of one call (all, or just those ``only`` names, by kernel name or by step:
+        the bf16 kernel names also select the fp8 kernels of the same steps)."""
         plan = self._launches.get(tokens)
         if plan is None:
             plan = self._launches[tokens] = launches(self.cfg, self.tiles, tokens)
         for launch in plan:
-            if only and launch.name not in only:
+            if only and launch.name not in only and launch.step not in only:
                 continue
             if launch.barrier_before and self.cfg.world > 1 and not only:
                 self._rt.barrier_all()
@@ -183,6 +199,15 @@ CASES = {
 }
 TOL_NORM = 1e-2  # relative L2 error of the whole output vs float32 (bf16 operands, see README)
 TOL_ROW = 4e-2  # worst single token row: a lost (1.0) or doubled (1.0) row fails by far
+# fp8 is checked against reference_fp8, which quantizes exactly as the layer does (the layer's e4m3
+# tokens must equal moe_quant's bit for bit). What remains is the bf16 rounding of y_pair, the pushed
+# partial and y (~2e-3) plus h codes one e4m3 step away from the reference's (~1 %) where the tensor
+# cores' fp8 accumulation differs from float32: 3e-3 to 8e-3 on the H200, worst rows up to 4e-2 on
+# 128-wide rows. The bounds are 2x that and well below fp8's own error vs float32 (~6.4e-2); a scale
+# applied to the wrong block (the tests scale blocks ~50 % apart) or a lost row fails by far.
+TOL_NORM_FP8 = 1.5e-2
+TOL_ROW_FP8 = 0.1
+TOL_NORM_FP8_VS_FP32 = 0.1  # sanity bound on the quantization error itself (e4m3 x, w and h: ~6.4e-2)
 
 
 def make_weights(
@@ -193,6 +218,16 @@ def make_weights(
     w1 = (torch.randn(e, h, 2 * i, generator=g, device=device) / math.sqrt(h)).to(torch.bfloat16)
     w2 = (torch.randn(e, i, h, generator=g, device=device) / math.sqrt(i)).to(torch.bfloat16)
     return w1, w2
+
+
+def block_gains(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+    """Factors exp(N(0, 1/4)), one per 128 x 128 block of the last two dims of ``shape`` (fewer than 128
+    rows: one block row). fp8 checks multiply weights and tokens by them so that neighbouring blocks get
+    scales ~50 % apart, and a scale applied to the wrong block shows in the output."""
+    *lead, r, c = shape
+    g = torch.Generator(device=device).manual_seed(seed)
+    coarse = torch.exp(0.5 * torch.randn(*lead, -(-r // 128), -(-c // 128), generator=g, device=device))
+    return coarse.repeat_interleave(128, -2)[..., :r, :].repeat_interleave(128, -1)[..., :c]
 
 
 def make_inputs(t: int, h: int, e: int, skewed: bool, seed: int, device: torch.device):
@@ -251,9 +286,17 @@ def bookkeeping_errors(layer: MegaMoE, ids_all: list[torch.Tensor], tokens_all: 
     return errors
 
 
-def check_case(case: tuple[int, int, int, int, int], skewed: bool, iters: int, seed: int) -> dict:
-    """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row."""
-    from moe_reference import reference
+def check_case(
+    case: tuple[int, int, int, int, int], skewed: bool, iters: int, seed: int, precision: str = "bf16"
+) -> dict:
+    """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row.
+
+    bf16: against the float32 reference (TOL_NORM, TOL_ROW). fp8: weights and tokens scaled by
+    :func:`block_gains`; the quantized tokens must equal ``moe_quant.quantize_rows`` bit for bit and
+    the output the quantization-aware reference (TOL_NORM_FP8, TOL_ROW_FP8); the error against
+    float32 is reported and bounded by TOL_NORM_FP8_VS_FP32.
+    """
+    from moe_reference import reference, reference_fp8
     from moe_routing import route
 
     from triton_raw_ext import runtime as rt
@@ -261,17 +304,27 @@ def check_case(case: tuple[int, int, int, int, int], skewed: bool, iters: int, s
     h, i, e, k, t_max = case
     world, me = rt.n_pes(), rt.my_pe()
     dev = torch.device("cuda", torch.cuda.current_device())
+    fp8 = precision == "fp8"
     w1, w2 = make_weights(h, i, e, seed, dev)
+    if fp8:
+        w1 = (w1.float() * block_gains(w1.shape, seed + 1, dev)).to(torch.bfloat16)
+        w2 = (w2.float() * block_gains(w2.shape, seed + 2, dev)).to(torch.bfloat16)
+    tol_norm, tol_row = (TOL_NORM_FP8, TOL_ROW_FP8) if fp8 else (TOL_NORM, TOL_ROW)
     e_loc = e // world
-    row = {"H": h, "I": i, "E": e, "top_k": k, "tokens": t_max, "world": world, "skewed": skewed, "rank": me}
+    row = {
+        "H": h, "I": i, "E": e, "top_k": k, "tokens": t_max, "world": world, "skewed": skewed, "rank": me,
+        "precision": precision,
+    }  # fmt: skip
     errors: list[str] = []
-    worst_norm = worst_row = 0.0
+    worst_norm = worst_row = worst_fp32 = 0.0
     with MegaMoE(
-        h, i, e, k, t_max, w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc]
+        h, i, e, k, t_max, w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc], precision=precision
     ) as layer:
         for it in range(iters):
             t = t_max - (it * 7 + me) % max(1, t_max // 4)  # ranks and calls differ in token count
             x, logits = make_inputs(t, h, e, skewed, seed * 1000 + it * 10 + me, dev)
+            if fp8:
+                x = (x.float() * block_gains((1, h), seed + 3, dev)).to(torch.bfloat16)
             layer.poison()
             out = torch.full_like(x, float("nan"))
             layer(x, logits, out=out)
@@ -291,14 +344,27 @@ def check_case(case: tuple[int, int, int, int, int], skewed: bool, iters: int, s
             ids_all = _all_gather_cpu(padded, world)
             tokens_all = [int(v) for v in _all_gather_cpu(torch.tensor([t]), world)]
             errors += [f"call {it}: {m}" for m in bookkeeping_errors(layer, ids_all, tokens_all)]
-            ref = reference(x, ids, wts, w1, w2)
+            if fp8:
+                xq, xs = quantize_rows(x)
+                if not (
+                    torch.equal(layer.sym["x_sym"][:t].view(torch.uint8), xq.view(torch.uint8))
+                    and torch.equal(layer.sym["x_scale"][:t], xs)
+                ):
+                    errors.append(f"call {it}: the layer's e4m3 tokens or scales differ from moe_quant.quantize_rows")
+            ref32 = reference(x, ids, wts, w1, w2)
+            ref = reference_fp8(x, ids, wts, w1, w2) if fp8 else ref32
             diff = out.float() - ref
             norm = float(diff.norm() / ref.norm())
             rows = float((diff.norm(dim=1) / ref.norm(dim=1).clamp_min(1e-6)).max())
-            worst_norm, worst_row = max(worst_norm, norm), max(worst_row, rows)
-            if not torch.isfinite(out).all() or not norm <= TOL_NORM or not rows <= TOL_ROW:
+            fp32 = float((out.float() - ref32).norm() / ref32.norm())
+            worst_norm, worst_row, worst_fp32 = max(worst_norm, norm), max(worst_row, rows), max(worst_fp32, fp32)
+            if not torch.isfinite(out).all() or not norm <= tol_norm or not rows <= tol_row:
                 errors.append(f"call {it}: output error norm {norm:.2e}, worst row {rows:.2e} (or NaN)")
-    row.update(rel_err=worst_norm, worst_row_err=worst_row, ok=not errors, errors=errors[:5])
+            if fp8 and not fp32 <= TOL_NORM_FP8_VS_FP32:
+                errors.append(f"call {it}: error vs float32 {fp32:.2e} > {TOL_NORM_FP8_VS_FP32} (quantization)")
+    row.update(
+        rel_err=worst_norm, worst_row_err=worst_row, rel_err_vs_fp32=worst_fp32, ok=not errors, errors=errors[:5]
+    )
     return row
 
 
@@ -307,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", default=["small"], choices=sorted(CASES))
     parser.add_argument("--routing", nargs="+", default=["random", "skewed"], choices=["random", "skewed"])
     parser.add_argument("--iters", type=int, default=2, help="calls per layer (reuse across calls)")
+    parser.add_argument(
+        "--precision", default="bf16", choices=PRECISIONS, help="fp8: e4m3 GEMMs, cases with H, I % 128 == 0"
+    )
     parser.add_argument("--json", type=Path, help="write the result rows here (rank 0)")
     args = parser.parse_args(argv)
 
@@ -318,11 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     for name in args.cases:
         for n_case, case in enumerate(CASES[name]):
-            if case[2] % world:
+            if case[2] % world or (args.precision == "fp8" and (case[0] % FP8_BLOCK or case[1] % FP8_BLOCK)):
                 continue
             for routing in args.routing:
                 print(f"rank {me}: case {name} {case} {routing}: started", file=sys.stderr, flush=True)
-                rows.append(check_case(case, routing == "skewed", args.iters, seed=17 + n_case))
+                rows.append(check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision))
                 rows[-1]["case"] = name
                 verdict = "ok" if rows[-1]["ok"] else "FAIL"
                 print(f"rank {me}: case {name} {case} {routing}: {verdict}", file=sys.stderr, flush=True)
@@ -336,19 +405,25 @@ def main(argv: list[str] | None = None) -> int:
     if me == 0:
         print(
             f"{'case':6} {'H':>5} {'I':>5} {'E':>4} {'k':>2} {'T':>4} {'W':>2} {'rank':>4} {'routing':8} "
-            f"{'rel err':>9} {'worst row':>9}  result"
+            f"{'rel err':>9} {'worst row':>9} {'vs fp32':>9}  result"
         )
         for r in rows:
             print(
                 f"{r['case']:6} {r['H']:5} {r['I']:5} {r['E']:4} {r['top_k']:2} {r['tokens']:4} "
                 f"{r['world']:2} {r['rank']:4} {'skewed' if r['skewed'] else 'random':8} {r['rel_err']:9.2e} "
-                f"{r['worst_row_err']:9.2e}  {'PASS' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}"
+                f"{r['worst_row_err']:9.2e} {r['rel_err_vs_fp32']:9.2e}  "
+                f"{'PASS' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}"
             )
-        print(f"megamoe correctness world={world}: {'PASS' if ok else 'FAIL'} ({time.time() - start:.0f} s)")
+        print(
+            f"megamoe correctness world={world} precision={args.precision}: {'PASS' if ok else 'FAIL'} "
+            f"({time.time() - start:.0f} s; rel err is vs {'reference_fp8' if args.precision == 'fp8' else 'float32'})"
+        )
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(
-                json.dumps({"world": world, "ok": ok, "rows": rows, "argv": sys.argv}, indent=1)
+                json.dumps(
+                    {"world": world, "precision": args.precision, "ok": ok, "rows": rows, "argv": sys.argv}, indent=1
+                )
             )
     rt.finalize()
     return 0 if ok else 1

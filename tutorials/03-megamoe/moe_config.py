@@ -6,15 +6,20 @@ split into contiguous blocks of ``local_experts`` per rank; rank r owns experts
 :meth:`MoEConfig.local_buffers` list every workspace tensor (name, shape, dtype name) with upper
 bounds that hold for any routing, so one allocation serves every call with at most
 ``max_tokens`` tokens. :func:`choose_tiles` picks the grouped-GEMM tiles from the expected rows
-per expert.
+per expert (:func:`choose_tiles_fp8` for ``precision="fp8"``).
+
+Precisions: ``"bf16"`` (bf16 operands) and ``"fp8"`` (float8 e4m3 operands with one float32 scale per
+token and 128 channels for activations, per 128 x 128 block for weights; H and I multiples of 128).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4}
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4, "float8_e4m3fn": 1}
 ROW_ALIGN = 64  # H and I must be multiples of this (GEMM K/N tiles and 16-byte row copies)
+PRECISIONS = ("bf16", "fp8")
+FP8_BLOCK = 128  # fp8: one scale per 128 channels of a token, per 128 x 128 block of a weight matrix
 
 
 @dataclass(frozen=True)
@@ -27,14 +32,22 @@ class MoEConfig:
     top_k: int
     max_tokens: int
     world: int = 1
+    precision: str = "bf16"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"MoEConfig.precision={self.precision!r}: use one of {PRECISIONS}")
         for name in ("hidden", "intermediate", "num_experts", "top_k", "max_tokens", "world"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MoEConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("hidden", "intermediate"):
             if getattr(self, name) % ROW_ALIGN:
                 raise ValueError(f"MoEConfig.{name}={getattr(self, name)} must be a multiple of {ROW_ALIGN}")
+            if self.precision == "fp8" and getattr(self, name) % FP8_BLOCK:
+                raise ValueError(
+                    f"MoEConfig.{name}={getattr(self, name)} must be a multiple of {FP8_BLOCK} for "
+                    f"precision='fp8' (one scale per {FP8_BLOCK} channels); pad it or use precision='bf16'"
+                )
         if self.num_experts % self.world:
             raise ValueError(
                 f"num_experts={self.num_experts} must be divisible by world={self.world} (even split)"
@@ -61,11 +74,21 @@ class MoEConfig:
         """Upper bound on (token, local expert) pairs a rank computes in one call."""
         return self.recv_rows * min(self.top_k, self.local_experts)
 
+    @property
+    def operand_dtype(self) -> str:
+        """dtype name of the GEMM operands the layer moves and stores (tokens, received rows, h)."""
+        return "bfloat16" if self.precision == "bf16" else "float8_e4m3fn"
+
+    def _scales(self, name: str, rows: int, cols: int) -> list[tuple[str, tuple[int, ...], str]]:
+        """fp8: the float32 scale buffer of a [rows, cols] operand buffer (one per 128 columns); bf16: none."""
+        return [(name, (rows, cols // FP8_BLOCK), "float32")] if self.precision == "fp8" else []
+
     def symmetric_buffers(self) -> list[tuple[str, tuple[int, ...], str]]:
         """Buffers peers read or write (allocated with NVSHMEM, same shape on every rank)."""
         t, w, k, h = self.max_tokens, self.world, self.top_k, self.hidden
         return [
-            ("x_sym", (t, h), "bfloat16"),  # this rank's tokens, pulled by the ranks owning their experts
+            ("x_sym", (t, h), self.operand_dtype),  # this rank's tokens, pulled by the ranks owning their experts
+            *self._scales("x_scale", t, h),  # fp8: their scales, pulled with them
             ("topk_ids", (t, k), "int32"),  # global expert ids per token
             ("topk_w", (t, k), "float32"),  # routing weights per token
             ("send_idx", (w, t), "int32"),  # per destination rank: the token ids it must pull, in slot order
@@ -78,14 +101,16 @@ class MoEConfig:
         r, k, h, p = self.recv_rows, self.top_k, self.hidden, self.pair_capacity
         return [
             ("slot", (self.max_tokens, self.world), "int32"),  # slot of token t at rank r, or -1
-            ("recv_x", (r, h), "bfloat16"),  # received rows at [src * max_tokens + slot]
+            ("recv_x", (r, h), self.operand_dtype),  # received rows at [src * max_tokens + slot]
+            *self._scales("recv_xs", r, h),
             ("recv_ids", (r, k), "int32"),
             ("recv_w", (r, k), "float32"),
             ("recv_n", (self.world,), "int32"),  # rows received from each source rank
             ("counters", (2 * self.local_experts,), "int32"),  # per local expert: pair count, then cursor
             ("sorted_row", (p,), "int32"),  # pair -> received row, grouped by local expert
             ("inv_pos", (r, k), "int32"),  # (received row, k) -> pair position
-            ("h", (p, self.intermediate), "bfloat16"),  # SwiGLU output per pair
+            ("h", (p, self.intermediate), self.operand_dtype),  # SwiGLU output per pair
+            *self._scales("h_scale", p, self.intermediate),
             ("y_pair", (p, h), "bfloat16"),  # expert output per pair
             ("staging", (r, h), "bfloat16"),  # weighted partial per received row before the push
         ]
@@ -102,8 +127,9 @@ class MoEConfig:
         return total
 
     def weight_bytes(self) -> int:
-        """Bytes of this rank's expert weights (bf16 L1 [H, 2I] and L2 [I, H] per local expert)."""
-        return self.local_experts * 3 * self.hidden * self.intermediate * 2
+        """Bytes of this rank's expert weights (L1 [H, 2I] and L2 [I, H] per local expert; fp8: + scales)."""
+        n = self.local_experts * 3 * self.hidden * self.intermediate
+        return n * 2 if self.precision == "bf16" else n + n // FP8_BLOCK**2 * 4
 
     def flops(self, pairs: int) -> int:
         """FLOPs of the expert GEMMs for ``pairs`` (token, expert) pairs."""
@@ -149,3 +175,20 @@ def next_pow2(n: int) -> int:
 def max_m_tiles(pair_capacity: int, local_experts: int, block_m: int) -> int:
     """Upper bound on sum over experts of ceil(rows_e / block_m) when sum(rows_e) <= pair_capacity."""
     return min(pair_capacity, pair_capacity // block_m + local_experts)
+
+
+def choose_tiles_fp8(rows_per_expert: float, hidden: int, intermediate: int) -> Tiles:
+    """fp8 grouped-GEMM tiles: K 128 and L1 N 128 (one scale block each), rows as in :func:`choose_tiles`.
+
+    Not yet tuned on a GPU. A K step of 128 fp8 values is 128 bytes per row, so the stages are fewer
+    than bf16's (each L1 stage holds A, gate and up tiles: 48 KB at 128 rows). L2 N is 128: each K
+    step keeps its scaled product next to the accumulator, and at N 256 (8 warps) ptxas spills
+    (255 registers + 240 B of stack, 203 us on the H200) where N 128 needs 175 registers.
+    """
+    if hidden % FP8_BLOCK or intermediate % FP8_BLOCK:
+        raise ValueError(
+            f"hidden={hidden}, intermediate={intermediate}: fp8 needs multiples of {FP8_BLOCK} (the scale block)"
+        )
+    if rows_per_expert <= 96:
+        return Tiles(64, FP8_BLOCK, FP8_BLOCK, FP8_BLOCK, num_warps=4, num_stages=3)
+    return Tiles(128, FP8_BLOCK, FP8_BLOCK, FP8_BLOCK, num_warps=8, num_stages=4)

@@ -32,10 +32,17 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import moe_kernels  # noqa: E402
+import moe_kernels_fp8  # noqa: E402
 from moe_config import MoEConfig, Tiles  # noqa: E402
 from moe_launch import launches  # noqa: E402
+from moe_quant import expert_weights  # noqa: E402
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32}
+_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "int32": torch.int32,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+}
 
 
 def _value(x) -> int:
@@ -85,6 +92,8 @@ class SymmetricHeap:
         moe_kernels.moe_peer_load_i32 = peer_load_i32
         moe_kernels.moe_pull = pull
         moe_kernels.moe_push = push
+        moe_kernels_fp8.moe_peer_load_i32 = peer_load_i32  # the fp8 kernels' imported names
+        moe_kernels_fp8.moe_pull = pull
 
 
 def _bf16_as_f32(handle: TensorHandle) -> np.ndarray:
@@ -110,6 +119,25 @@ def fix_interpreter_bf16_dot() -> None:
     builder.create_dot = create_dot
 
 
+def fix_interpreter_fp8_cast() -> None:
+    """Triton 3.6's interpreter rounds float32 -> e4m3 half away from zero, drops the carry when the
+    mantissa rounds up to the next power of two (15.5 -> 8) and truncates subnormals; cast with torch
+    instead (round to nearest even, as the GPU's cvt.rn.satfinite and ``moe_quant`` do)."""
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_fp_to_fp, "_fp8_fixed", False):
+        return
+    original = builder.create_fp_to_fp
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if dst_type.scalar == tl.float8e4nv and src.dtype.scalar == tl.float32:
+            data = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.float8_e4m3fn)
+            return TensorHandle(data.view(torch.uint8).numpy(), tl.float8e4nv)
+        return original(self, src, dst_type, rounding_mode)
+
+    create_fp_to_fp._fp8_fixed = True
+    builder.create_fp_to_fp = create_fp_to_fp
+
+
 def simulate_kernels(
     cfg: MoEConfig,
     tiles: Tiles,
@@ -119,7 +147,8 @@ def simulate_kernels(
     w2: torch.Tensor,
     poison: bool = True,
 ) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
-    """(outputs, per-rank buffers) of one layer call on every rank; ``w1``/``w2`` hold all experts."""
+    """(outputs, per-rank buffers) of one layer call on every rank; ``w1``/``w2`` hold all experts (bf16,
+    quantized here when ``cfg.precision`` is fp8, as the layer does)."""
     world, e_loc = cfg.world, cfg.local_experts
     fill = float("nan") if poison else 0.0
 
@@ -135,6 +164,7 @@ def simulate_kernels(
     local = [alloc(cfg.local_buffers()) for _ in range(world)]
     SymmetricHeap(sym).install()
     fix_interpreter_bf16_dot()
+    fix_interpreter_fp8_cast()
     ys = [torch.full_like(x, float("nan")) for x in xs]
     plans = [launches(cfg, tiles, x.shape[0]) for x in xs]
     bindings = []
@@ -147,8 +177,7 @@ def simulate_kernels(
             T=xs[r].shape[0],
             W=world,
             me=r,
-            w1=w1[r * e_loc : (r + 1) * e_loc].contiguous(),
-            w2=w2[r * e_loc : (r + 1) * e_loc].contiguous(),
+            **expert_weights(w1[r * e_loc : (r + 1) * e_loc], w2[r * e_loc : (r + 1) * e_loc], cfg.precision),
         )
         bindings.append(b)
     phases: list[list[int]] = [[]]
@@ -166,27 +195,45 @@ def simulate_kernels(
 
 
 SWIZZLE_TILES = Tiles(block_m=64, block_n1=64, block_n2=32, block_k=64, num_warps=4, num_stages=1, group_m=3)
+# fp8: an L2 N tile of 256 spans two scale blocks of w2
+SWIZZLE_TILES_FP8 = Tiles(block_m=64, block_n1=128, block_n2=256, block_k=128, num_warps=4, num_stages=1, group_m=3)
 SIM_TOL_NORM = 3e-2  # the interpreter's float32 -> bf16 casts truncate instead of rounding
 SIM_TOL_ROW = 0.1  # a lost or doubled token row has error 1.0
+SIM_TOL_NORM_FP8_VS_FP32 = 0.1  # e4m3 quantization of x, w and h: ~6e-2 against float32
 
 
-def check(world: int, skewed: bool, seed: int = 0, tiles: Tiles | None = None) -> list[str]:
-    """Run a small layer through :func:`simulate_kernels` and compare with the torch reference."""
-    from moe_config import choose_tiles
-    from moe_reference import reference
+def check(world: int, skewed: bool, seed: int = 0, tiles: Tiles | None = None, precision: str = "bf16") -> list[str]:
+    """Run a small layer through :func:`simulate_kernels` and compare with the torch reference.
+
+    fp8: weights and tokens scaled by ``megamoe.block_gains``, compared with ``reference_fp8``
+    (the bounds above) and with float32 (SIM_TOL_NORM_FP8_VS_FP32); the quantized tokens the
+    kernel wrote must equal ``moe_quant.quantize_rows`` bit for bit.
+    """
+    from megamoe import block_gains
+    from moe_config import choose_tiles, choose_tiles_fp8
+    from moe_quant import quantize_rows
+    from moe_reference import reference, reference_fp8
     from moe_routing import receive_counts, route
 
-    h, i, e, k, t_max = 128, 64, 4 * world, 3, 24
-    cfg = MoEConfig(h, i, e, k, t_max, world)
+    fp8 = precision == "fp8"
+    h, i, e, k, t_max = (256, 256, 4 * world, 3, 24) if fp8 else (128, 64, 4 * world, 3, 24)
+    cfg = MoEConfig(h, i, e, k, t_max, world, precision)
     g = torch.Generator().manual_seed(seed)
-    w1 = (torch.randn(e, h, 2 * i, generator=g) / h**0.5).bfloat16()
-    w2 = (torch.randn(e, i, h, generator=g) / i**0.5).bfloat16()
-    xs = [torch.randn(t_max - 3 * r, h, generator=g).bfloat16() for r in range(world)]
+    w1 = torch.randn(e, h, 2 * i, generator=g) / h**0.5
+    w2 = torch.randn(e, i, h, generator=g) / i**0.5
+    xs = [torch.randn(t_max - 3 * r, h, generator=g) for r in range(world)]
+    if fp8:
+        cpu = torch.device("cpu")
+        w1, w2 = w1 * block_gains(w1.shape, seed + 1, cpu), w2 * block_gains(w2.shape, seed + 2, cpu)
+        xs = [x * block_gains((1, h), seed + 3, cpu) for x in xs]
+    w1, w2, xs = w1.bfloat16(), w2.bfloat16(), [x.bfloat16() for x in xs]
     logits = [torch.randn(x.shape[0], e, generator=g) for x in xs]
     if skewed:
         for lg in logits:
             lg[:, 1] += 20.0
-    ys, bufs = simulate_kernels(cfg, tiles or choose_tiles(4.0, h, i), xs, logits, w1, w2)
+    ys, bufs = simulate_kernels(
+        cfg, tiles or (choose_tiles_fp8 if fp8 else choose_tiles)(4.0, h, i), xs, logits, w1, w2
+    )
     errors = []
     routed = [route(lg, k) for lg in logits]
     rows, pairs = receive_counts([ids for ids, _ in routed], cfg.local_experts)
@@ -201,12 +248,23 @@ def check(world: int, skewed: bool, seed: int = 0, tiles: Tiles | None = None) -
             errors.append(
                 f"rank {r}: expert counters {bufs[r]['counters'].tolist()} != {pairs[r].tolist()} x2"
             )
-        ref = reference(xs[r], ids, wts, w1, w2)
+        ref32 = reference(xs[r], ids, wts, w1, w2)
+        ref = reference_fp8(xs[r], ids, wts, w1, w2) if fp8 else ref32
         diff = ys[r].float() - ref
         norm = float(diff.norm() / ref.norm())
         worst = float((diff.norm(dim=1) / ref.norm(dim=1)).max())
         if not (norm <= SIM_TOL_NORM and worst <= SIM_TOL_ROW):
             errors.append(f"rank {r}: output error {norm:.3g} (worst row {worst:.3g})")
+        if fp8:
+            q, scale = quantize_rows(xs[r])
+            if not (
+                torch.equal(bufs[r]["x_sym"][:t].view(torch.uint8), q.view(torch.uint8))
+                and torch.equal(bufs[r]["x_scale"][:t], scale)
+            ):
+                errors.append(f"rank {r}: the kernel's e4m3 tokens or scales differ from moe_quant.quantize_rows")
+            fp32 = float((ys[r].float() - ref32).norm() / ref32.norm())
+            if not fp32 <= SIM_TOL_NORM_FP8_VS_FP32:
+                errors.append(f"rank {r}: error vs float32 {fp32:.3g}")
     return errors
 
 
@@ -215,14 +273,20 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="run the MegaMoE kernels in Triton's interpreter on CPU")
     parser.add_argument("--world", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
     args = parser.parse_args(argv)
     failed = False
+    odd_tiles = SWIZZLE_TILES_FP8 if args.precision == "fp8" else SWIZZLE_TILES
     for world in args.world:
         for skewed in (False, True):
-            # skewed routing also runs odd tiles: 4 L2 N tiles, M-tile groups of 3 that do not divide the grid
-            errors = check(world, skewed, tiles=SWIZZLE_TILES if skewed else None)
+            # skewed routing also runs other tiles (bf16: 4 L2 N tiles; fp8: one spanning two scale blocks)
+            # and M-tile groups of 3 that do not divide the grid
+            errors = check(world, skewed, tiles=odd_tiles if skewed else None, precision=args.precision)
             failed |= bool(errors)
-            print(f"world={world} {'skewed' if skewed else 'random'}: {'PASS' if not errors else errors}")
+            print(
+                f"{args.precision} world={world} {'skewed' if skewed else 'random'}: "
+                f"{'PASS' if not errors else errors}"
+            )
     return 1 if failed else 0
 
 

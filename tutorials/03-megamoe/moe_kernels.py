@@ -16,6 +16,8 @@
    (world > 1: barrier_all, so every push has landed.)
 8. ``moe_reduce``    per token: sum of its partials from the ranks it went to -> y.
 
+``moe_kernels_fp8`` has the fp8 variants of 1, 3, 5 and 6; the other kernels serve both precisions.
+
 The order within an expert's pair list depends on atomics, but every pair's row is computed
 independently and each token sums its partials in a fixed order, so outputs are deterministic.
 """
@@ -47,10 +49,8 @@ def moe_push(dst_sym, src, nbytes, pe): ...
 
 
 @triton.jit
-def moe_route(
+def _route_topk(
     logits_ptr,
-    x_ptr,
-    x_sym,
     ids_sym,
     w_sym,
     T,
@@ -58,11 +58,9 @@ def moe_route(
     E_P2: tl.constexpr,
     K: tl.constexpr,
     K_P2: tl.constexpr,
-    H: tl.constexpr,
     BLOCK_T: tl.constexpr,
-    BLOCK_H: tl.constexpr,
 ):
-    """Top-k (ties -> lower id) and softmax over the selected logits; copies x to x_sym."""
+    """Top-k ids and weights of this program's BLOCK_T tokens into ids_sym/w_sym; (token rows, mask)."""
     offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     rows = offs_t.to(tl.int64)
@@ -87,6 +85,27 @@ def moe_route(
     mk = mask_t[:, None] & (kk[None, :] < K)
     tl.store(ids_sym + rows[:, None] * K + kk[None, :], ids, mask=mk)
     tl.store(w_sym + rows[:, None] * K + kk[None, :], p, mask=mk)
+    return rows, mask_t
+
+
+@triton.jit
+def moe_route(
+    logits_ptr,
+    x_ptr,
+    x_sym,
+    ids_sym,
+    w_sym,
+    T,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    K: tl.constexpr,
+    K_P2: tl.constexpr,
+    H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """Top-k (ties -> lower id) and softmax over the selected logits; copies x to x_sym."""
+    rows, mask_t = _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
     hh = tl.arange(0, BLOCK_H)
     for h0 in range(0, H, BLOCK_H):
         v = tl.load(x_ptr + rows[:, None] * H + h0 + hh[None, :], mask=mask_t[:, None])
@@ -165,17 +184,37 @@ def moe_dispatch(
         t = moe_peer_load_i32(send_idx_sym + me * T_MAX + slot, src).to(tl.int64)
         row = (src * T_MAX + slot).to(tl.int64)
         moe_pull(recv_x + row * H, x_sym + t * H, H * 2, src)
-        kk = tl.arange(0, K_P2)
-        mk = kk < K
-        peer_ids = moe_peer_ptr(ids_sym, src).to(tl.pointer_type(tl.int32))
-        peer_w = moe_peer_ptr(w_sym, src).to(tl.pointer_type(tl.float32))
-        ids = tl.load(peer_ids + t * K + kk, mask=mk, other=-1, cache_modifier=".cg")
-        wts = tl.load(peer_w + t * K + kk, mask=mk, other=0.0, cache_modifier=".cg")
-        tl.store(recv_ids + row * K + kk, ids, mask=mk)
-        tl.store(recv_w + row * K + kk, wts, mask=mk)
-        e = ids - me * E_LOC
-        owned = mk & (e >= 0) & (e < E_LOC)
-        tl.atomic_add(counters_ptr + e, tl.full([K_P2], 1, tl.int32), mask=owned, sem="relaxed")
+        _receive_routing(ids_sym, w_sym, recv_ids, recv_w, counters_ptr, src, t, row, me, K, K_P2, E_LOC)
+
+
+@triton.jit
+def _receive_routing(
+    ids_sym,
+    w_sym,
+    recv_ids,
+    recv_w,
+    counters_ptr,
+    src,
+    t,
+    row,
+    me,
+    K: tl.constexpr,
+    K_P2: tl.constexpr,
+    E_LOC: tl.constexpr,
+):
+    """Dispatch, after the token row: copy token t's ids and weights from src into received ``row``;
+    count its pairs per local expert."""
+    kk = tl.arange(0, K_P2)
+    mk = kk < K
+    peer_ids = moe_peer_ptr(ids_sym, src).to(tl.pointer_type(tl.int32))
+    peer_w = moe_peer_ptr(w_sym, src).to(tl.pointer_type(tl.float32))
+    ids = tl.load(peer_ids + t * K + kk, mask=mk, other=-1, cache_modifier=".cg")
+    wts = tl.load(peer_w + t * K + kk, mask=mk, other=0.0, cache_modifier=".cg")
+    tl.store(recv_ids + row * K + kk, ids, mask=mk)
+    tl.store(recv_w + row * K + kk, wts, mask=mk)
+    e = ids - me * E_LOC
+    owned = mk & (e >= 0) & (e < E_LOC)
+    tl.atomic_add(counters_ptr + e, tl.full([K_P2], 1, tl.int32), mask=owned, sem="relaxed")
 
 
 @triton.jit

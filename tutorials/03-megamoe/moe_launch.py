@@ -4,9 +4,11 @@ Contract: :func:`launches` returns the kernels of one call in launch order. Each
 :class:`KernelLaunch` names its runtime parameters (kernel parameter, the key of the tensor or
 integer the layer binds to it, Triton signature type for ahead-of-time compilation), its
 constexprs, grid, warps and stages. The keys are the buffer names of :class:`MoEConfig` plus
-``logits``, ``x``, ``w1``, ``w2``, ``y`` (tensors) and ``T``, ``W``, ``me`` (integers).
+``logits``, ``x``, ``y`` and the weights of ``moe_quant.expert_weights`` (``w1``, ``w2`` for bf16;
+``w1q``, ``w1s``, ``w2q``, ``w2s`` for fp8) (tensors) and ``T``, ``W``, ``me`` (integers).
 ``barrier_before`` marks the launches that need every rank past a barrier_all first (only
-relevant when world > 1).
+relevant when world > 1). ``step`` names what a launch does in the call, after the bf16 kernel of
+that step, so the same names select a step in either precision.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import moe_kernels as K
-from moe_config import MoEConfig, Tiles, max_m_tiles, next_pow2
+import moe_kernels_fp8 as KF
+from moe_config import FP8_BLOCK, MoEConfig, Tiles, max_m_tiles, next_pow2
 
 ROUTE_BLOCK_T = 16
 PLAN_BLOCK_T = 128
@@ -33,6 +36,11 @@ class KernelLaunch:
     num_warps: int = 4
     num_stages: int = 1
     barrier_before: bool = False
+    step: str = ""  # the step of a call this launch performs, named after its bf16 kernel ("": ``name``)
+
+    def __post_init__(self) -> None:
+        if not self.step:
+            object.__setattr__(self, "step", self.name)
 
     def signature(self) -> dict[str, str]:
         """Triton signature for ASTSource: runtime parameters typed, constexprs marked."""
@@ -53,21 +61,135 @@ def _p(name: str, key: str, sig: str) -> tuple[str, str, str]:
     return (name, key, sig)
 
 
-def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
-    """The launches of one call with ``tokens`` (<= cfg.max_tokens) tokens on this rank."""
+def _check_tokens(cfg: MoEConfig, tokens: int) -> None:
     if not 1 <= tokens <= cfg.max_tokens:
         raise ValueError(f"tokens={tokens} must be in [1, max_tokens={cfg.max_tokens}]")
-    h, i, k, e_loc, t_max, w = (
-        cfg.hidden,
-        cfg.intermediate,
-        cfg.top_k,
-        cfg.local_experts,
-        cfg.max_tokens,
-        cfg.world,
+
+
+def _gemm(
+    cfg: MoEConfig, tiles: Tiles, n: int, block_n: int, **blocks: int
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """(constexprs, launch options) of a grouped GEMM with ``n`` output columns in tiles of ``block_n``;
+    ``blocks``: the kernel's tile constexprs besides BLOCK_M."""
+    m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, tiles.block_m)
+    constexprs = dict(
+        H=cfg.hidden,
+        INTER=cfg.intermediate,
+        E_LOC=cfg.local_experts,
+        E_P2=next_pow2(cfg.local_experts),
+        BLOCK_M=tiles.block_m,
+        **blocks,
+        M_TILES=m_tiles,
+        GROUP_M=tiles.group_m,
     )
-    k_p2, e_p2 = next_pow2(k), next_pow2(e_loc)
-    m_tiles = max_m_tiles(cfg.pair_capacity, e_loc, tiles.block_m)
-    gemm = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    return constexprs, dict(grid=(m_tiles * (n // block_n),), num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+
+
+def _plan(cfg: MoEConfig) -> KernelLaunch:
+    e_loc, k = cfg.local_experts, cfg.top_k
+    return KernelLaunch(
+        "moe_plan",
+        K.moe_plan,
+        (
+            _p("ids_sym", "topk_ids", "*i32"),
+            _p("slot_ptr", "slot", "*i32"),
+            _p("send_idx_sym", "send_idx", "*i32"),
+            _p("send_count_sym", "send_count", "*i32"),
+            _p("counters_ptr", "counters", "*i32"),
+            _p("T", "T", "i32"),
+            _p("W", "W", "i32"),
+        ),
+        dict(
+            T_MAX=cfg.max_tokens,
+            K=k,
+            K_P2=next_pow2(k),
+            E_LOC=e_loc,
+            E2_P2=next_pow2(2 * e_loc),
+            BLOCK_T=PLAN_BLOCK_T,
+        ),
+        grid=(cfg.world,),
+    )
+
+
+def _place(cfg: MoEConfig) -> KernelLaunch:
+    e_loc, k = cfg.local_experts, cfg.top_k
+    return KernelLaunch(
+        "moe_place",
+        K.moe_place,
+        (
+            _p("recv_ids", "recv_ids", "*i32"),
+            _p("recv_n", "recv_n", "*i32"),
+            _p("counters_ptr", "counters", "*i32"),
+            _p("sorted_row", "sorted_row", "*i32"),
+            _p("inv_pos", "inv_pos", "*i32"),
+            _p("me", "me", "i32"),
+        ),
+        dict(T_MAX=cfg.max_tokens, K=k, K_P2=next_pow2(k), E_LOC=e_loc, E_P2=next_pow2(e_loc)),
+        grid=(cfg.world, cfg.max_tokens),
+    )
+
+
+def _combine(cfg: MoEConfig) -> KernelLaunch:
+    h, k, k_p2 = cfg.hidden, cfg.top_k, next_pow2(cfg.top_k)
+    return KernelLaunch(
+        "moe_combine",
+        K.moe_combine,
+        (
+            _p("recv_w", "recv_w", "*fp32"),
+            _p("recv_n", "recv_n", "*i32"),
+            _p("inv_pos", "inv_pos", "*i32"),
+            _p("y_pair", "y_pair", "*bf16"),
+            _p("staging", "staging", "*bf16"),
+            _p("comb_sym", "comb", "*bf16"),
+            _p("me", "me", "i32"),
+        ),
+        dict(T_MAX=cfg.max_tokens, H=h, K=k, K_P2=k_p2, BLOCK_H=row_block(h, 1024 // k_p2 * 4)),
+        grid=(cfg.world, cfg.max_tokens),
+    )
+
+
+def _reduce(cfg: MoEConfig, tokens: int) -> KernelLaunch:
+    h, w = cfg.hidden, cfg.world
+    return KernelLaunch(
+        "moe_reduce",
+        K.moe_reduce,
+        (
+            _p("comb_sym", "comb", "*bf16"),
+            _p("slot_ptr", "slot", "*i32"),
+            _p("y_ptr", "y", "*bf16"),
+            _p("W", "W", "i32"),
+        ),
+        dict(T_MAX=cfg.max_tokens, H=h, W_P2=next_pow2(w), BLOCK_H=row_block(h, 2048 // next_pow2(w))),
+        grid=(tokens,),
+        barrier_before=True,
+    )
+
+
+def _route_constexprs(cfg: MoEConfig) -> dict[str, int]:
+    return dict(
+        E=cfg.num_experts,
+        E_P2=next_pow2(cfg.num_experts),
+        K=cfg.top_k,
+        K_P2=next_pow2(cfg.top_k),
+        H=cfg.hidden,
+        BLOCK_T=ROUTE_BLOCK_T,
+    )
+
+
+def _dispatch_constexprs(cfg: MoEConfig) -> dict[str, int]:
+    k = cfg.top_k
+    return dict(T_MAX=cfg.max_tokens, H=cfg.hidden, K=k, K_P2=next_pow2(k), E_LOC=cfg.local_experts)
+
+
+def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
+    """The launches of one call with ``tokens`` (<= cfg.max_tokens) tokens on this rank, in
+    ``cfg.precision`` (fp8: :func:`launches_fp8`)."""
+    if cfg.precision == "fp8":
+        return launches_fp8(cfg, tiles, tokens)
+    _check_tokens(cfg, tokens)
+    h, i = cfg.hidden, cfg.intermediate
+    l1, l1_opts = _gemm(cfg, tiles, i, tiles.block_n1, BLOCK_N=tiles.block_n1, BLOCK_K=tiles.block_k)
+    l2, l2_opts = _gemm(cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2, BLOCK_K=tiles.block_k)
     return [
         KernelLaunch(
             "moe_route",
@@ -80,32 +202,10 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 _p("w_sym", "topk_w", "*fp32"),
                 _p("T", "T", "i32"),
             ),
-            dict(
-                E=cfg.num_experts,
-                E_P2=next_pow2(cfg.num_experts),
-                K=k,
-                K_P2=k_p2,
-                H=h,
-                BLOCK_T=ROUTE_BLOCK_T,
-                BLOCK_H=row_block(h, 256),
-            ),
+            dict(_route_constexprs(cfg), BLOCK_H=row_block(h, 256)),
             grid=(triton_cdiv(tokens, ROUTE_BLOCK_T),),
         ),
-        KernelLaunch(
-            "moe_plan",
-            K.moe_plan,
-            (
-                _p("ids_sym", "topk_ids", "*i32"),
-                _p("slot_ptr", "slot", "*i32"),
-                _p("send_idx_sym", "send_idx", "*i32"),
-                _p("send_count_sym", "send_count", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("T", "T", "i32"),
-                _p("W", "W", "i32"),
-            ),
-            dict(T_MAX=t_max, K=k, K_P2=k_p2, E_LOC=e_loc, E2_P2=next_pow2(2 * e_loc), BLOCK_T=PLAN_BLOCK_T),
-            grid=(w,),
-        ),
+        _plan(cfg),
         KernelLaunch(
             "moe_dispatch",
             K.moe_dispatch,
@@ -122,24 +222,11 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 _p("counters_ptr", "counters", "*i32"),
                 _p("me", "me", "i32"),
             ),
-            dict(T_MAX=t_max, H=h, K=k, K_P2=k_p2, E_LOC=e_loc),
-            grid=(w, t_max),
+            _dispatch_constexprs(cfg),
+            grid=(cfg.world, cfg.max_tokens),
             barrier_before=True,
         ),
-        KernelLaunch(
-            "moe_place",
-            K.moe_place,
-            (
-                _p("recv_ids", "recv_ids", "*i32"),
-                _p("recv_n", "recv_n", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("sorted_row", "sorted_row", "*i32"),
-                _p("inv_pos", "inv_pos", "*i32"),
-                _p("me", "me", "i32"),
-            ),
-            dict(T_MAX=t_max, K=k, K_P2=k_p2, E_LOC=e_loc, E_P2=e_p2),
-            grid=(w, t_max),
-        ),
+        _place(cfg),
         KernelLaunch(
             "moe_l1_swiglu",
             K.moe_l1_swiglu,
@@ -150,19 +237,8 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 _p("w1_ptr", "w1", "*bf16"),
                 _p("h_ptr", "h", "*bf16"),
             ),
-            dict(
-                H=h,
-                INTER=i,
-                E_LOC=e_loc,
-                E_P2=e_p2,
-                BLOCK_M=tiles.block_m,
-                BLOCK_N=tiles.block_n1,
-                BLOCK_K=tiles.block_k,
-                M_TILES=m_tiles,
-                GROUP_M=tiles.group_m,
-            ),
-            grid=(m_tiles * (i // tiles.block_n1),),
-            **gemm,
+            l1,
+            **l1_opts,
         ),
         KernelLaunch(
             "moe_l2",
@@ -173,48 +249,105 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 _p("w2_ptr", "w2", "*bf16"),
                 _p("y_ptr", "y_pair", "*bf16"),
             ),
-            dict(
-                H=h,
-                INTER=i,
-                E_LOC=e_loc,
-                E_P2=e_p2,
-                BLOCK_M=tiles.block_m,
-                BLOCK_N=tiles.block_n2,
-                BLOCK_K=tiles.block_k,
-                M_TILES=m_tiles,
-                GROUP_M=tiles.group_m,
-            ),
-            grid=(m_tiles * (h // tiles.block_n2),),
-            **gemm,
+            l2,
+            **l2_opts,
         ),
+        _combine(cfg),
+        _reduce(cfg, tokens),
+    ]
+
+
+def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
+    """The launches of one fp8 call (``cfg.precision == "fp8"``): the fp8 kernels of route, dispatch and
+    both GEMMs, the shared plan, place, combine and reduce. Each fp8 launch's ``step`` is the bf16
+    kernel it stands in for. ``tiles`` must have block_k = block_n1 = 128 (:func:`choose_tiles_fp8`)."""
+    if cfg.precision != "fp8":
+        raise ValueError(f"launches_fp8 needs a MoEConfig with precision='fp8', got {cfg.precision!r}")
+    if (tiles.block_k, tiles.block_n1) != (FP8_BLOCK, FP8_BLOCK):
+        raise ValueError(
+            f"fp8 tiles need block_k = block_n1 = {FP8_BLOCK} (one scale block per K step and per h tile), "
+            f"got block_k={tiles.block_k}, block_n1={tiles.block_n1}; use moe_config.choose_tiles_fp8"
+        )
+    _check_tokens(cfg, tokens)
+    h, i = cfg.hidden, cfg.intermediate
+    l1, l1_opts = _gemm(cfg, tiles, i, FP8_BLOCK)
+    l2, l2_opts = _gemm(cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2)
+    return [
         KernelLaunch(
-            "moe_combine",
-            K.moe_combine,
+            "moe_route_fp8",
+            KF.moe_route_fp8,
             (
+                _p("logits_ptr", "logits", "*fp32"),
+                _p("x_ptr", "x", "*bf16"),
+                _p("x_sym", "x_sym", "*fp8e4nv"),
+                _p("xs_sym", "x_scale", "*fp32"),
+                _p("ids_sym", "topk_ids", "*i32"),
+                _p("w_sym", "topk_w", "*fp32"),
+                _p("T", "T", "i32"),
+            ),
+            _route_constexprs(cfg),
+            grid=(triton_cdiv(tokens, ROUTE_BLOCK_T),),
+            step="moe_route",
+        ),
+        _plan(cfg),
+        KernelLaunch(
+            "moe_dispatch_fp8",
+            KF.moe_dispatch_fp8,
+            (
+                _p("x_sym", "x_sym", "*fp8e4nv"),
+                _p("xs_sym", "x_scale", "*fp32"),
+                _p("ids_sym", "topk_ids", "*i32"),
+                _p("w_sym", "topk_w", "*fp32"),
+                _p("send_idx_sym", "send_idx", "*i32"),
+                _p("send_count_sym", "send_count", "*i32"),
+                _p("recv_x", "recv_x", "*fp8e4nv"),
+                _p("recv_xs", "recv_xs", "*fp32"),
+                _p("recv_ids", "recv_ids", "*i32"),
                 _p("recv_w", "recv_w", "*fp32"),
                 _p("recv_n", "recv_n", "*i32"),
-                _p("inv_pos", "inv_pos", "*i32"),
-                _p("y_pair", "y_pair", "*bf16"),
-                _p("staging", "staging", "*bf16"),
-                _p("comb_sym", "comb", "*bf16"),
+                _p("counters_ptr", "counters", "*i32"),
                 _p("me", "me", "i32"),
             ),
-            dict(T_MAX=t_max, H=h, K=k, K_P2=k_p2, BLOCK_H=row_block(h, 1024 // k_p2 * 4)),
-            grid=(w, t_max),
+            _dispatch_constexprs(cfg),
+            grid=(cfg.world, cfg.max_tokens),
+            barrier_before=True,
+            step="moe_dispatch",
+        ),
+        _place(cfg),
+        KernelLaunch(
+            "moe_l1_swiglu_fp8",
+            KF.moe_l1_swiglu_fp8,
+            (
+                _p("recv_x", "recv_x", "*fp8e4nv"),
+                _p("recv_xs", "recv_xs", "*fp32"),
+                _p("sorted_row", "sorted_row", "*i32"),
+                _p("counters_ptr", "counters", "*i32"),
+                _p("w1q_ptr", "w1q", "*fp8e4nv"),
+                _p("w1s_ptr", "w1s", "*fp32"),
+                _p("h_ptr", "h", "*fp8e4nv"),
+                _p("hs_ptr", "h_scale", "*fp32"),
+            ),
+            l1,
+            **l1_opts,
+            step="moe_l1_swiglu",
         ),
         KernelLaunch(
-            "moe_reduce",
-            K.moe_reduce,
+            "moe_l2_fp8",
+            KF.moe_l2_fp8,
             (
-                _p("comb_sym", "comb", "*bf16"),
-                _p("slot_ptr", "slot", "*i32"),
-                _p("y_ptr", "y", "*bf16"),
-                _p("W", "W", "i32"),
+                _p("h_ptr", "h", "*fp8e4nv"),
+                _p("hs_ptr", "h_scale", "*fp32"),
+                _p("counters_ptr", "counters", "*i32"),
+                _p("w2q_ptr", "w2q", "*fp8e4nv"),
+                _p("w2s_ptr", "w2s", "*fp32"),
+                _p("y_ptr", "y_pair", "*bf16"),
             ),
-            dict(T_MAX=t_max, H=h, W_P2=next_pow2(w), BLOCK_H=row_block(h, 2048 // next_pow2(w))),
-            grid=(tokens,),
-            barrier_before=True,
+            l2,
+            **l2_opts,
+            step="moe_l2",
         ),
+        _combine(cfg),
+        _reduce(cfg, tokens),
     ]
 
 
