@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512, help="tokens per rank")
     parser.add_argument("--skewed", action="store_true", help="one hot expert instead of random routing")
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"], help="expert GEMM operands")
     parser.add_argument("--rep-ms", type=int, default=300)
     parser.add_argument(
         "--out", type=Path, default=Path(os.environ.get("OUT") or HERE.parent.parent / "bench/results")
@@ -73,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     h, i, e, k, t = args.hidden, args.intermediate, args.experts, args.top_k, args.tokens
     w1, w2 = make_weights(h, i, e, 5, dev)
     e_loc = e // world
-    layer = MegaMoE(h, i, e, k, t, w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc])
+    layer = MegaMoE(
+        h, i, e, k, t, w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc], precision=args.precision
+    )  # fp8: the phases below select the fp8 kernels by their steps (named after the bf16 kernels)
     x, logits = make_inputs(t, h, e, args.skewed, 100 + me, dev)
     y = torch.empty_like(x)
     layer(x, logits, out=y)
@@ -123,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             "pairs": pairs,
         },
         "tiles": layer.tiles.__dict__,
+        "precision": args.precision,
         "rel_err_vs_fp32": rel_err,
         "times_ms": rows,
     }
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     layer.close()
     if me == 0:
         print(
-            f"shape H={h} I={i} E={e} (local {e_loc}) top-k={k} T={t} world={world} "
+            f"shape H={h} I={i} E={e} (local {e_loc}) top-k={k} T={t} world={world} {args.precision} "
             f"{'skewed' if args.skewed else 'random'}; rel err vs fp32 {rel_err:.2e}"
         )
         for name, ms in rows.items():
@@ -158,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         path = (
-            args.out / f"tutorial3_megamoe_E{e}_w{world}_{'skewed' if args.skewed else 'random'}_{stamp}.json"
+            args.out
+            / f"tutorial3_megamoe_E{e}_w{world}_{'skewed' if args.skewed else 'random'}_{args.precision}_{stamp}.json"
         )
         path.write_text(json.dumps(result, indent=1))
         print(f"  wrote {path}")
