@@ -18,7 +18,6 @@ from conftest import load_tutorial_aot  # noqa: E402
 aot = load_tutorial_aot("03-megamoe")
 
 KERNELS = aot.kernels()
-OPTIONS = aot.options()
 FP8_GEMMS = ("moe_l1_swiglu_fp8", "moe_l2_fp8")
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on the H100/H200 (227 KB)
 
@@ -26,7 +25,7 @@ SHARED_LIMIT = 232448  # bytes of shared memory one block may use on the H100/H2
 @pytest.mark.nvshmem
 @pytest.mark.parametrize("name,src", KERNELS, ids=[n for n, _ in KERNELS])
 def test_kernel_compiles_for_sm90(name, src):
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=OPTIONS[name])
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=aot.options_for(name))
     assert compiled.asm["cubin"]
     assert compiled.metadata.shared <= SHARED_LIMIT, f"{compiled.metadata.shared} B of shared memory cannot launch"
     ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]

@@ -33,14 +33,26 @@ def variant(algo: Algorithm, world: int, hidden: int, dtype: str) -> tuple[ASTSo
     return kernel_source(int(algo), world, block_size(hidden), dtype, aligned=True), warps
 
 
+# name -> (algorithm, world, dtype) of every kernel variant family the op launches, at H=GOAL_HIDDEN
+AOT_VARIANTS = {
+    "local_w1_bf16": (Algorithm.LOCAL, 1, "bf16"),
+    "local_w1_fp16": (Algorithm.LOCAL, 1, "fp16"),
+    "oneshot_w2_bf16": (Algorithm.ONESHOT, 2, "bf16"),
+    "oneshot_w4_fp16": (Algorithm.ONESHOT, 4, "fp16"),
+    "twoshot_w4_bf16": (Algorithm.TWOSHOT, 4, "bf16"),
+    "twoshot_w8_bf16": (Algorithm.TWOSHOT, 8, "bf16"),
+}
+
+
 def kernels() -> list[tuple[str, ASTSource]]:
     """Every kernel variant family the op launches, at the goal hidden size H=8192."""
-    out = [(f"local_w1_{dt}", variant(Algorithm.LOCAL, 1, GOAL_HIDDEN, dt)[0]) for dt in ("bf16", "fp16")]
-    out.append(("oneshot_w2_bf16", variant(Algorithm.ONESHOT, 2, GOAL_HIDDEN, "bf16")[0]))
-    out.append(("oneshot_w4_fp16", variant(Algorithm.ONESHOT, 4, GOAL_HIDDEN, "fp16")[0]))
-    out.append(("twoshot_w4_bf16", variant(Algorithm.TWOSHOT, 4, GOAL_HIDDEN, "bf16")[0]))
-    out.append(("twoshot_w8_bf16", variant(Algorithm.TWOSHOT, 8, GOAL_HIDDEN, "bf16")[0]))
-    return out
+    return [(name, variant(algo, world, GOAL_HIDDEN, dt)[0]) for name, (algo, world, dt) in AOT_VARIANTS.items()]
+
+
+def options_for(name: str) -> dict[str, int]:
+    """The launch options (warps) the op uses for kernel ``name`` of :func:`kernels`."""
+    algo, world, dt = AOT_VARIANTS[name]
+    return {"num_warps": variant(algo, world, GOAL_HIDDEN, dt)[1]}
 
 
 def _compile(job: tuple[Algorithm, int, int, str, int]) -> str:

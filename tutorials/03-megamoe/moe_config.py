@@ -154,9 +154,10 @@ def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tile
     """Tiles for an expected load of ``rows_per_expert`` (average pairs per local expert).
 
     Few rows per expert waste most of a 128-row tile, so small loads use 64-row tiles. Big loads use
-    the best of the H200 sweep (``tune_gemms.py``, bench/results/session2-2026-11-29/): 128-row tiles,
-    N 128 per gate/up half in L1 and 256 in L2, K 32, 5 stages; narrower N where the 64-aligned
-    dimensions do not divide.
+    the best of the H200 sweeps (``tune_gemms.py``, bench/results/session2-2026-11-29/): 128-row tiles,
+    N 128 per gate/up half in L1 and 256 in L2, K 32, 6 stages, groups of 8 M tiles (L1 211-212 us,
+    L2 110 us at the production load, against 278 and 134 us for the first version's tiles); narrower
+    N where the 64-aligned dimensions do not divide.
     """
     if intermediate % 64 or hidden % 64:
         raise ValueError(f"hidden={hidden}, intermediate={intermediate} do not divide into the GEMM tiles")
@@ -164,7 +165,7 @@ def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tile
         return Tiles(64, 64, 128 if hidden % 128 == 0 else 64, 64, num_warps=4, num_stages=3)
     block_n1 = 128 if intermediate % 128 == 0 else 64
     block_n2 = next(n for n in (256, 128, 64) if hidden % n == 0)
-    return Tiles(128, block_n1, block_n2, 32, num_warps=8, num_stages=5)
+    return Tiles(128, block_n1, block_n2, 32, num_warps=8, num_stages=6, group_m=8)
 
 
 def next_pow2(n: int) -> int:
