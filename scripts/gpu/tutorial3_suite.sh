@@ -3,7 +3,7 @@
 # the production per-rank load E=16 and all 128 experts local; random and skewed routing, two calls
 # per layer), the benchmark at world 1 (layer eager + CUDA graph, grouped GEMMs alone, torch
 # reference, roofline), the same at world 1 with FP8 expert GEMMs (small + E=16 cases, benchmark),
-# then world 2 and 4 in shared-GPU mode with MPS at small shapes. Every step has a timeout; a
+# then world 2 and 4 in shared-GPU mode with MPS at small shapes (world 2 also in FP8). Every step has a timeout; a
 # PASS/FAIL table comes last; JSON and logs land in $OUT (else bench/results/).
 export RESULTS=${OUT:-$PWD/bench/results}
 source scripts/gpu/setup.sh
@@ -31,6 +31,8 @@ step w2_shared_gpu_mps 75 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distribut
   --master_port=29517 $T3/megamoe.py --cases small --json "$RESULTS/t3_w2_small.json"
 step w4_shared_gpu_mps 90 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=4 \
   --master_port=29518 $T3/megamoe.py --cases small --json "$RESULTS/t3_w4_small.json"
+step w2_fp8_shared_gpu_mps 75 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=2 \
+  --master_port=29519 $T3/megamoe.py --precision fp8 --cases small --json "$RESULTS/t3_w2_fp8_small.json"
 stop_mps
 trap - EXIT
 echo "== Tutorial 3 (MegaMoE) suite =="
