@@ -15,7 +15,8 @@ CUDA graph of ``--inner`` calls divided by ``--inner`` (``--mode graph``, defaul
 without launch gaps). Every rank's time of a repeat is gathered and the rank maximum kept; p50, p90
 and p99 are over repeats. Effective TB/s counts the bytes the op must move per rank: read x,
 residual and weight, write norm_out and residual_out (arn_plan.effective_bytes). Results go to
-``--json`` (default ``$OUT/bench_t1_<date>.json`` or ``bench/results/``).
+``--json`` (default ``$OUT/bench_t1_<date>.json`` or ``bench/results/``); where ``nccl+compile`` ran,
+its ``goal`` holds issue 7's verdict per mode (:func:`goal_vs_nccl`), else null.
 
 Usage: ``python benchmark.py --shapes 4096x8192 128x8192`` (world 1) or under torchrun.
 """
@@ -43,6 +44,10 @@ from arn_reference import make_inputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EPS = 1e-6
+# Issue 7 (one GPU per rank): no slower than NCCL all_reduce + torch.compile at any T, and at least
+# GOAL_SMALL_T_SPEEDUP times faster at T <= GOAL_SMALL_T.
+GOAL_SMALL_T = 128
+GOAL_SMALL_T_SPEEDUP = 1.3
 
 
 def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
@@ -61,6 +66,30 @@ def percentile(values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def goal_vs_nccl(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Issue 7's verdict from the benchmark rows; None when ``nccl+compile`` was not timed.
+
+    For every (mode, T, H) with both the fused op and ``nccl+compile`` timed: speedup = baseline p50 /
+    fused p50, met when >= GOAL_SMALL_T_SPEEDUP at T <= GOAL_SMALL_T and >= 1 otherwise. ``met`` per
+    mode is whether every case of that mode met its target.
+    """
+    base = {(r["mode"], r["T"], r["H"]): r["p50_us"] for r in rows if r["impl"] == "nccl+compile" and "p50_us" in r}
+    cases = []
+    for r in rows:
+        key = (r["mode"], r["T"], r["H"])
+        if r["impl"] != "fused" or "p50_us" not in r or key not in base:
+            continue
+        target = GOAL_SMALL_T_SPEEDUP if r["T"] <= GOAL_SMALL_T else 1.0
+        speedup = base[key] / r["p50_us"]
+        cases.append({"mode": r["mode"], "T": r["T"], "H": r["H"], "fused_p50_us": r["p50_us"],
+                      "baseline_p50_us": base[key], "speedup": speedup, "target": target, "met": speedup >= target})
+    if not cases:
+        return None
+    modes = sorted({c["mode"] for c in cases})
+    return {"baseline": "nccl+compile", "cases": cases,
+            "met": {m: all(c["met"] for c in cases if c["mode"] == m) for m in modes}}
 
 
 class Timer:
@@ -164,6 +193,9 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
     dtype = {v: k for k, v in DTYPE_NAMES.items()}[args.dtype]
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
+    # One static graph per shape; with fullgraph=True, dynamo's default limit of 8 graphs per function
+    # would raise at the 9th shape (issue 7's table has 10).
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(shapes))
     compiled = torch.compile(add_rmsnorm, dynamic=False, fullgraph=True)
     rows = []
     ops: dict[int, AllReduceRMSNorm] = {}
@@ -218,6 +250,13 @@ def main() -> int:
                     f"{r['impl']:>13} {r['mode']:>5} {r['T']:5d} {r['H']:5d} {r['p50_us']:8.2f} "
                     f"{r['p90_us']:8.2f} {r['p99_us']:8.2f} {r['tbps_p50']:6.2f}"
                 )
+        goal = goal_vs_nccl(rows)
+        if goal is not None:
+            print(f"goal vs nccl+compile (>= {GOAL_SMALL_T_SPEEDUP}x at T <= {GOAL_SMALL_T}, >= 1x elsewhere):")
+            for c in goal["cases"]:
+                print(f"  {c['mode']:>5} T={c['T']:<5} H={c['H']:<5} {c['speedup']:5.2f}x  "
+                      f"{'met' if c['met'] else 'NOT MET'}")
+            print("  " + ", ".join(f"{m}: {'MET' if ok else 'NOT MET'}" for m, ok in goal["met"].items()))
         import triton
 
         meta = {
@@ -230,7 +269,7 @@ def main() -> int:
         out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "bench" / "results"
         path = args.json or out_dir / f"bench_t1_w{world}_{datetime.date.today().isoformat()}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        path.write_text(json.dumps({"meta": meta, "rows": rows, "goal": goal}, indent=1))
         print(f"wrote {path}")
     if world > 1:
         from triton_raw_ext import runtime
