@@ -1,0 +1,213 @@
+"""Issue 7 (multi-GPU runs) on CPU: the benchmarks' goal verdicts, and scripts/gpu/multi_gpu_suite.sh.
+
+The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (and an empty setup.sh): the fakes
+write the JSON the tutorials would write, built with the tutorials' own goal functions, so the test
+covers the suite's world selection, step bookkeeping, exit status and the summary that reads the
+goals back. What the GPU runs measure is not tested here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import load_tutorial_aot
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "scripts" / "gpu" / "multi_gpu_suite.sh"
+T1_SHAPES = [(t, h) for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]  # what the suite passes
+T2_SHAPES = [(1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192), (4096, 8192, 28672)]
+
+
+def _t1_rows(fused_us: float, nccl_us: dict[tuple[str, int], float]) -> list[dict]:
+    """Benchmark rows of tutorial 1 (only the fields the goal reads): fused at ``fused_us`` everywhere,
+    nccl+compile at ``nccl_us[(mode, T)]``."""
+    rows = []
+    for mode in ("graph", "eager"):
+        for t, h in T1_SHAPES:
+            rows.append({"impl": "fused", "mode": mode, "T": t, "H": h, "p50_us": fused_us})
+            rows.append({"impl": "nccl+compile", "mode": mode, "T": t, "H": h, "p50_us": nccl_us[(mode, t)]})
+            rows.append({"impl": "flashinfer", "mode": mode, "T": t, "H": h, "skipped": "not importable"})
+    return rows
+
+
+def test_t1_goal_needs_1_3x_up_to_128_tokens_and_parity_above():
+    bench = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark")
+    nccl = {(m, t): (13.0 if t <= 128 else 10.0) for m in ("graph", "eager") for t in (1, 16, 128, 1024, 4096)}
+    goal = bench.goal_vs_nccl(_t1_rows(10.0, nccl))
+    assert goal["met"] == {"eager": True, "graph": True} and len(goal["cases"]) == 2 * len(T1_SHAPES)
+    nccl[("eager", 128)] = 12.9  # 1.29x at T=128
+    nccl[("graph", 4096)] = 9.9  # slower than NCCL at T=4096
+    goal = bench.goal_vs_nccl(_t1_rows(10.0, nccl))
+    assert goal["met"] == {"eager": False, "graph": False}
+    missed = {(c["mode"], c["T"]) for c in goal["cases"] if not c["met"]}
+    assert missed == {("eager", 128), ("graph", 4096)}
+    world1 = [r for r in _t1_rows(10.0, nccl) if r["impl"] != "nccl+compile"]
+    assert bench.goal_vs_nccl(world1) is None
+
+
+def _t2_rows(ag: float, alone: float, torch_ms: float | None, torch_name: str = "torch_allgather_matmul") -> list[dict]:
+    rows = [{"variant": "ag_gemm", "p50": ag}, {"variant": "gemm_alone", "p50": alone},
+            {"variant": "all_gather_alone", "p50": 0.1}]  # fmt: skip
+    if torch_ms is not None:
+        rows.append({"variant": torch_name, "p50": torch_ms})
+    for r in rows:
+        r["speed_vs_torch"] = torch_ms / r["p50"] if torch_ms and "all_gather" not in r["variant"] else None
+    return rows
+
+
+def test_t2_goal_against_gemm_alone_at_world_above_one():
+    bench = load_tutorial_aot("02-allgather-gemm", "benchmark")
+    met = bench.goal(_t2_rows(1.04, 1.0, 1.5), world=4)
+    assert met["met"] and met["ratio_vs_gemm_alone"] == pytest.approx(1.04)
+    assert met["speed_vs_torch"] == pytest.approx(1.5 / 1.04)
+    assert not bench.goal(_t2_rows(1.06, 1.0, None), world=8)["met"]  # no NCCL baseline: still judged
+    cfgs = [{"variant": "ag_gemm[cfg0]", "p50": 1.2, "speed_vs_torch": None},
+            {"variant": "gemm_alone[cfg0]", "p50": 1.0, "speed_vs_torch": None},
+            {"variant": "ag_gemm[cfg1]", "p50": 1.1, "speed_vs_torch": None},
+            {"variant": "gemm_alone[cfg1]", "p50": 1.08, "speed_vs_torch": None}]  # fmt: skip
+    best = bench.goal(cfgs, world=2)  # the fastest AG-GEMM against the GEMM of its own config
+    assert best["best_variant"] == "ag_gemm[cfg1]" and best["ratio_vs_gemm_alone"] == pytest.approx(1.1 / 1.08)
+    world1 = bench.goal(_t2_rows(0.744, 0.70, 0.715, "torch_matmul"), world=1)
+    assert world1["met"] and world1["ratio_best"] == pytest.approx(0.715 / 0.744)
+    assert bench.goal(_t2_rows(1.0, 1.0, None), world=1) is None
+
+
+def test_t3_benchmark_helpers():
+    bench = load_tutorial_aot("03-megamoe", "benchmark")
+    assert bench.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert bench.percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)
+    with pytest.raises(ValueError):
+        bench.percentile([], 50)
+    assert {"megamoe_eager", "torch_ep_alltoall", "torch_reference_bf16"} <= set(bench.FLOP_ROWS)
+
+
+def test_every_shell_script_parses():
+    scripts = sorted([*ROOT.glob("scripts/**/*.sh"), *ROOT.glob("tutorials/*/*.sh")])
+    assert SUITE in scripts
+    for script in scripts:
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{script.relative_to(ROOT)}: {done.stderr}"
+
+
+FAKE_PYTHON = """#!{real}
+# Fake python3 for the suite test: torchrun steps write planned JSON and exit with planned codes.
+import json, os, pathlib, sys
+args = sys.argv[1:]
+if args[:1] == ["-"]:  # the suite's summary: the real interpreter
+    os.execv({real!r}, [{real!r}, *args])
+if args[:1] == ["-c"] or (args and args[0].endswith("aot.py")):
+    print("fake", " ".join(args)[:80])
+    sys.exit(0)
+assert args[:3] == ["-m", "torch.distributed.run", "--standalone"], args
+world = int(args[3].split("=")[1])
+script = pathlib.Path(args[4])
+key = script.parent.name[:2] + "/" + script.name
+plan = json.loads(pathlib.Path(os.environ["FAKE_PLAN"]).read_text())[key]
+opts = args[5:]
+for flag in ("--json", "--out"):
+    if flag in opts:
+        target = pathlib.Path(opts[opts.index(flag) + 1])
+        for name, doc in plan["files"].items():
+            path = target if flag == "--json" else target / name.format(world=world)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc))
+print(key, "world", world, "rc", plan["rc"])
+sys.exit(plan["rc"])
+"""
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--list-gpus*) i=0; while [ $i -lt {gpus} ]; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; i=$((i+1)); done ;;
+  *) i=0; while [ $i -lt {gpus} ]; do echo "NVIDIA H200, 580.159.04"; i=$((i+1)); done ;;
+esac
+"""
+
+
+def _plan() -> dict:
+    """What each fake tutorial step writes and returns: T2's benchmark misses one goal (rc 2), T3's
+    correctness check fails (rc 1), everything else passes."""
+    t1 = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark")
+    t2 = load_tutorial_aot("02-allgather-gemm", "benchmark")
+    nccl = {(m, t): 15.0 for m in ("graph", "eager") for t in (1, 16, 128, 1024, 4096)}
+    t1_rows = _t1_rows(10.0, nccl)
+    t2_files = {}
+    for n, shape in enumerate(T2_SHAPES):
+        rows = _t2_rows(1.0 + 0.02 * n, 1.0, 1.3)  # the last two shapes miss 1.05x
+        t2_files[f"tutorial2_ag_gemm_w{{world}}_{'x'.join(map(str, shape))}.json"] = {
+            "world": 2, "shape": list(shape), "rows": rows, "goal": t2.goal(rows, 2)}  # fmt: skip
+    t3 = {"baseline": "torch_ep_alltoall", "speedup_vs_baseline": 4.0, "errors": [],
+          "times_ms": {"megamoe_eager_ms": 0.5, "grouped_gemms_ms": 0.4, "torch_ep_alltoall_ms": 2.0},
+          "tflops_per_gpu": {"megamoe_eager": 300.0, "grouped_gemms": 380.0, "torch_ep_alltoall": 75.0}}  # fmt: skip
+    return {
+        "01/allreduce.py": {"rc": 0, "files": {"-": {"world": 2, "results": []}}},
+        "01/benchmark.py": {"rc": 0, "files": {"-": {"meta": {}, "rows": t1_rows, "goal": t1.goal_vs_nccl(t1_rows)}}},
+        "02/ag_gemm.py": {"rc": 0, "files": {"-": []}},
+        "02/benchmark.py": {"rc": 2, "files": t2_files},
+        "03/megamoe.py": {"rc": 1, "files": {"-": {"ok": False}}},
+        "03/benchmark.py": {"rc": 0, "files": {"tutorial3_megamoe_E128_w{world}_random_bf16.json": t3}},
+    }
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
+def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "gpu").mkdir(parents=True)
+    shutil.copy(SUITE, repo / "scripts" / "gpu")
+    (repo / "scripts" / "gpu" / "setup.sh").write_text("set -euo pipefail\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "python3", FAKE_PYTHON.format(real=sys.executable))
+    _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=2))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(_plan()))
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_PLAN": str(plan),
+           "OUT": str(out), "WORLDS": "2 4", "TUTORIALS": "1 2 3"}  # fmt: skip
+    done = subprocess.run(["bash", str(repo / "scripts" / "gpu" / "multi_gpu_suite.sh")], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    log = done.stdout + done.stderr
+    assert done.returncode == 1, log  # T3's correctness step failed
+    assert "world 4 skipped: 2 GPU(s) visible" in log
+    summary = json.loads((out / "multi_gpu_suite.json").read_text())
+    results = {s["step"]: s["result"] for s in summary["steps"]}
+    assert results == {
+        "toolchain": "PASS", "t1_compile": "PASS", "t1_correct_w2": "PASS", "t1_bench_w2": "PASS",
+        "t2_correct_w2": "PASS", "t2_bench_w2": "GOAL_MISSED", "t3_correct_w2": "FAIL(rc=1)", "t3_bench_w2": "PASS",
+    }, log  # fmt: skip
+    assert all((out / f"{name}.log").is_file() for name in results)
+    assert summary["gpus"] == ["NVIDIA H200, 580.159.04"] * 2 and summary["env"]["NVSHMEM_DISABLE_NVLS"] == "1"
+    goals = summary["goals"]
+    assert [(g["mode"], g["met"]) for g in goals if g["tutorial"] == 1] == [("eager", True), ("graph", True)]
+    met = {g["shape"]: g["met"] for g in goals if g["tutorial"] == 2}
+    assert met == {"x".join(map(str, shape)): n < 3 for n, shape in enumerate(T2_SHAPES)}
+    (t3,) = [g for g in goals if g["tutorial"] == 3]
+    assert (t3["layer_us"], t3["baseline_us"], t3["layer_tflops_per_gpu"]) == (500.0, 2000.0, 300.0)
+    assert "T3 w2: layer 500.0 us (300 TFLOP/s per GPU), torch_ep_alltoall 2000.0 us (75): 4.00x" in log
+    assert "FAIL(rc=1)" in log and "GOAL_MISSED" in log
+    assert summary["worlds"] == [2] and summary["command"] == "bash scripts/gpu/multi_gpu_suite.sh"
+
+
+def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "gpu").mkdir(parents=True)
+    shutil.copy(SUITE, repo / "scripts" / "gpu")
+    (repo / "scripts" / "gpu" / "setup.sh").write_text("set -euo pipefail\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=1))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(repo / "scripts" / "gpu" / "multi_gpu_suite.sh")], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1 and "run on a host with >= 2 GPUs or set WORLDS" in done.stderr
