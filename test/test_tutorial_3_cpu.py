@@ -8,6 +8,7 @@ reference.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -323,3 +324,21 @@ def test_fp8_kernels_in_interpreter():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.count("PASS") == 6
+
+
+def test_tune_sweeps_build_valid_launches():
+    """Every candidate of tune_gemms.py's sweeps is a tile set the launch builder accepts."""
+    import tune_gemms
+
+    for precision, sweep in tune_gemms.SWEEPS.items():
+        cfg = MoEConfig(4096, 1536, 16, 8, 512, precision=precision)
+        pick = choose_tiles_fp8 if precision == "fp8" else choose_tiles
+        base = pick(256, 4096, 1536)
+        mine = dataclasses.astuple(base)
+        (_, l1), (_, l2) = sweep
+        assert mine in {(c[0], c[1], mine[2], *c[2:]) for c in l1}, f"{precision}: the layer's L1 tiles are missing"
+        assert mine in {(c[0], mine[1], *c[1:]) for c in l2}, f"{precision}: the layer's L2 tiles are missing"
+        for kernel, candidates in sweep:
+            for cand in candidates:
+                names = [lc.name for lc in launches(cfg, tune_gemms._tiles(kernel, cand, base), 512)]
+                assert kernel in names, (precision, kernel, cand)

@@ -7,6 +7,7 @@ poisoned first). Medians of ``triton.testing.do_bench`` (L2 flushed between repe
 and writes JSON to ``--out`` (default ``$OUT`` or ``bench/results/``)::
 
     python tune_gemms.py                      # the production per-rank load: H=4096, I=1536, E=16, k=8, T=512
+    python tune_gemms.py --precision fp8      # the fp8 GEMMs (K and L1's N fixed at the 128 scale block)
 """
 
 from __future__ import annotations
@@ -50,11 +51,32 @@ L2_CANDIDATES = [
     (128, 256, 64, 8, 4, 2),
     (64, 256, 64, 4, 4, 4),
 ]
+# fp8: K is one scale block (128) and so is L1's N (h is quantized per 128 columns).
+L1_FP8_CANDIDATES = [
+    (128, 128, 128, 8, 4, 4),  # choose_tiles_fp8's pick
+    (128, 128, 128, 8, 3, 4),
+    (128, 128, 128, 8, 4, 8),
+    (128, 128, 128, 8, 2, 4),
+    (64, 128, 128, 4, 4, 4),
+    (64, 128, 128, 4, 3, 8),
+]
+L2_FP8_CANDIDATES = [
+    (128, 128, 128, 8, 4, 4),  # choose_tiles_fp8's pick
+    (128, 256, 128, 8, 3, 4),  # the first fp8 version's L2 tile (spilled)
+    (128, 128, 128, 8, 3, 8),
+    (128, 128, 128, 4, 4, 4),
+    (64, 256, 128, 4, 4, 4),
+    (64, 128, 128, 4, 4, 4),
+]
+SWEEPS = {
+    "bf16": (("moe_l1_swiglu", L1_CANDIDATES), ("moe_l2", L2_CANDIDATES)),
+    "fp8": (("moe_l1_swiglu_fp8", L1_FP8_CANDIDATES), ("moe_l2_fp8", L2_FP8_CANDIDATES)),
+}
 
 
 def _tiles(kernel: str, cand: tuple[int, ...], base: Tiles) -> Tiles:
     bm, bn, bk, warps, stages, group = cand
-    if kernel == "moe_l1_swiglu":
+    if kernel.startswith("moe_l1"):
         return Tiles(bm, bn, base.block_n2, bk, warps, stages, group)
     return Tiles(bm, base.block_n1, bn, bk, warps, stages, group)
 
@@ -67,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--rep-ms", type=int, default=200)
+    parser.add_argument("--precision", choices=sorted(SWEEPS), default="bf16")
     parser.add_argument(
         "--out", type=Path, default=Path(os.environ.get("OUT") or HERE.parent.parent / "bench/results")
     )
@@ -82,17 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.device("cuda", torch.cuda.current_device())
     h, i, e, k, t = args.hidden, args.intermediate, args.experts, args.top_k, args.tokens
     w1, w2 = make_weights(h, i, e, 5, dev)
-    layer = MegaMoE(h, i, e, k, t, w1, w2)
+    layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision)
     x, logits = make_inputs(t, h, e, False, 100, dev)
     y = torch.empty_like(x)
     layer(x, logits, out=y)
     torch.cuda.synchronize()
     bindings = layer._bindings(x, logits, y)
     pairs = t * k
-    flops = {"moe_l1_swiglu": 2 * pairs * h * 2 * i, "moe_l2": 2 * pairs * i * h}
-    output = {"moe_l1_swiglu": "h", "moe_l2": "y_pair"}
+    (l1, _), (l2, _) = SWEEPS[args.precision]
+    flops = {l1: 2 * pairs * h * 2 * i, l2: 2 * pairs * i * h}
+    output = {l1: "h", l2: "y_pair"}
     rows, reference = [], {}
-    for kernel, candidates in (("moe_l1_swiglu", L1_CANDIDATES), ("moe_l2", L2_CANDIDATES)):
+    for kernel, candidates in SWEEPS[args.precision]:
         for cand in candidates:
             tiles = _tiles(kernel, cand, layer.tiles)
             (launch,) = [lc for lc in launches(layer.cfg, tiles, t) if lc.name == kernel]
@@ -135,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
         "command": " ".join(sys.argv),
         "shape": {"hidden": h, "intermediate": i, "experts": e, "top_k": k, "tokens": t, "pairs": pairs},
+        "precision": args.precision,
         "tile_fields": ["block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m"],
         "rows": rows,
         "best": best,
@@ -143,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     bindings = None
     layer.close()
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"tutorial3_tune_gemms_{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    path = args.out / f"tutorial3_tune_gemms_{args.precision}_{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=1))
     print(f"wrote {path}")
     rt.finalize()
