@@ -65,7 +65,7 @@ def test_max_m_tiles_bounds_any_split():
 
 
 def test_tiles_and_launch_grids():
-    cfg = MoEConfig(4096, 1536, 16, 8, 512)
+    cfg = MoEConfig(4096, 1536, 32, 8, 512, world=2)  # 16 local experts, up to 2 * 512 * 8 pairs
     tiles = choose_tiles(256, 4096, 1536)
     assert tiles.block_m == 128 and choose_tiles(32, 4096, 1536).block_m == 64
     by_name = {lc.name: lc for lc in launches(cfg, tiles, 500)}
@@ -79,8 +79,8 @@ def test_tiles_and_launch_grids():
         "moe_combine",
         "moe_reduce",
     ]
-    assert by_name["moe_l1_swiglu"].grid == ((4096 // 128 + 16) * (1536 // 128),)
-    assert by_name["moe_l2"].grid == ((4096 // 128 + 16) * (4096 // 256),)
+    assert by_name["moe_l1_swiglu"].grid == ((8192 // 128 + 16) * (1536 // 128),)
+    assert by_name["moe_l2"].grid == ((8192 // 128 + 16) * (4096 // 256),)
     assert (choose_tiles(256, 4160, 1600).block_n1, choose_tiles(256, 4160, 1600).block_n2) == (64, 64)
     with pytest.raises(ValueError, match="divide"):
         choose_tiles(256, 4096, 1000)
@@ -88,6 +88,26 @@ def test_tiles_and_launch_grids():
     assert [lc.name for lc in by_name.values() if lc.barrier_before] == ["moe_dispatch", "moe_reduce"]
     with pytest.raises(ValueError):
         launches(cfg, tiles, 513)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_world_one_reads_rows_in_place_and_skips_the_exchange(precision):
+    """World 1: no token copy into x_sym (bf16), no pull, no push, no reduce; L1 reads the rows where they
+    are and the combine writes y (the end-to-end result is checked by the interpreter run)."""
+    cfg = MoEConfig(4096, 1536, 16, 8, 512, precision=precision)
+    tiles = (choose_tiles_fp8 if precision == "fp8" else choose_tiles)(256, 4096, 1536)
+    plan = {lc.step: lc for lc in launches(cfg, tiles, 500)}
+    assert "moe_reduce" not in plan and not any(lc.barrier_before and lc.step != "moe_dispatch" for lc in plan.values())
+    assert plan["moe_dispatch"].constexprs["PULL_ROWS"] is False
+    assert plan["moe_combine"].constexprs["PUSH"] is False
+    assert dict((p, k) for p, k, _ in plan["moe_combine"].params)["staging"] == "y"
+    l1_keys = [k for _, k, _ in plan["moe_l1_swiglu"].params]
+    assert l1_keys[:2] == (["x_sym", "x_scale"] if precision == "fp8" else ["x", "sorted_row"])
+    if precision == "bf16":
+        assert plan["moe_route"].constexprs["COPY_X"] is False
+    two = launches(dataclasses.replace(cfg, num_experts=32, world=2), tiles, 500)
+    assert [lc.step for lc in two][-1] == "moe_reduce"
+    assert all(lc.constexprs.get(f, True) is True for lc in two for f in ("PULL_ROWS", "PUSH", "COPY_X"))
 
 
 def test_route_matches_topk_softmax():
@@ -280,7 +300,7 @@ def test_fp8_config_buffers_and_validation():
 
 
 def test_fp8_launches():
-    cfg = MoEConfig(4096, 1536, 16, 8, 512, precision="fp8")
+    cfg = MoEConfig(4096, 1536, 32, 8, 512, world=2, precision="fp8")
     tiles = choose_tiles_fp8(256, 4096, 1536)
     assert (tiles.block_k, tiles.block_n1, tiles.block_m, tiles.block_n2) == (128, 128, 128, 128)
     assert choose_tiles_fp8(32, 4096, 1536).block_m == 64
@@ -298,14 +318,14 @@ def test_fp8_launches():
         "moe_combine",
         "moe_reduce",
     ]
-    bf16_plan = launches(MoEConfig(4096, 1536, 16, 8, 512), choose_tiles(256, 4096, 1536), 500)
+    bf16_plan = launches(MoEConfig(4096, 1536, 32, 8, 512, world=2), choose_tiles(256, 4096, 1536), 500)
     assert [lc.step for lc in plan] == [lc.name for lc in bf16_plan]  # bf16 names select the fp8 steps
     for ours, theirs in zip(plan, bf16_plan, strict=True):
         if ours.name == theirs.name:  # shared kernels: the very same launch
             assert ours == theirs
     by_name = {lc.name: lc for lc in plan}
-    assert by_name["moe_l1_swiglu_fp8"].grid == ((4096 // 128 + 16) * (1536 // 128),)
-    assert by_name["moe_l2_fp8"].grid == ((4096 // 128 + 16) * (4096 // 128),)
+    assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 128 + 16) * (1536 // 128),)
+    assert by_name["moe_l2_fp8"].grid == ((8192 // 128 + 16) * (4096 // 128),)
     assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
     with pytest.raises(ValueError, match="block_k = block_n1 = 128"):
         launches(cfg, Tiles(128, 128, 256, 32, 8, 5), 500)

@@ -103,13 +103,16 @@ def moe_route(
     H: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    COPY_X: tl.constexpr,
 ):
-    """Top-k (ties -> lower id) and softmax over the selected logits; copies x to x_sym."""
+    """Top-k (ties -> lower id) and softmax over the selected logits; copies x to x_sym if COPY_X
+    (world 1 needs no copy: the GEMM reads x itself)."""
     rows, mask_t = _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
-    hh = tl.arange(0, BLOCK_H)
-    for h0 in range(0, H, BLOCK_H):
-        v = tl.load(x_ptr + rows[:, None] * H + h0 + hh[None, :], mask=mask_t[:, None])
-        tl.store(x_sym + rows[:, None] * H + h0 + hh[None, :], v, mask=mask_t[:, None])
+    if COPY_X:
+        hh = tl.arange(0, BLOCK_H)
+        for h0 in range(0, H, BLOCK_H):
+            v = tl.load(x_ptr + rows[:, None] * H + h0 + hh[None, :], mask=mask_t[:, None])
+            tl.store(x_sym + rows[:, None] * H + h0 + hh[None, :], v, mask=mask_t[:, None])
 
 
 @triton.jit
@@ -170,6 +173,7 @@ def moe_dispatch(
     K: tl.constexpr,
     K_P2: tl.constexpr,
     E_LOC: tl.constexpr,
+    PULL_ROWS: tl.constexpr,
 ):
     """Program (src, slot): pull token row ``slot`` of src's send list to me; count local pairs.
 
@@ -183,7 +187,8 @@ def moe_dispatch(
     if slot < n:
         t = moe_peer_load_i32(send_idx_sym + me * T_MAX + slot, src).to(tl.int64)
         row = (src * T_MAX + slot).to(tl.int64)
-        moe_pull(recv_x + row * H, x_sym + t * H, H * 2, src)
+        if PULL_ROWS:  # world 1: the GEMM reads the token rows where they are
+            moe_pull(recv_x + row * H, x_sym + t * H, H * 2, src)
         _receive_routing(ids_sym, w_sym, recv_ids, recv_w, counters_ptr, src, t, row, me, K, K_P2, E_LOC)
 
 
@@ -375,6 +380,7 @@ def moe_combine(
     K: tl.constexpr,
     K_P2: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    PUSH: tl.constexpr,
 ):
     """Program (src, slot): weighted sum of the row's local pairs, pushed to src's comb[me, slot]."""
     src = tl.program_id(0)
@@ -394,7 +400,8 @@ def moe_combine(
             )
             acc = tl.sum(v.to(tl.float32) * wts[:, None], axis=0)
             tl.store(staging + row * H + h0 + hh, acc.to(tl.bfloat16))
-        moe_push(comb_sym + (me * T_MAX + slot).to(tl.int64) * H, staging + row * H, H * 2, src)
+        if PUSH:  # world 1 binds ``staging`` to y (received row == token) and needs no reduce
+            moe_push(comb_sym + (me * T_MAX + slot).to(tl.int64) * H, staging + row * H, H * 2, src)
 
 
 @triton.jit

@@ -83,6 +83,7 @@ def moe_dispatch_fp8(
     K: tl.constexpr,
     K_P2: tl.constexpr,
     E_LOC: tl.constexpr,
+    PULL_ROWS: tl.constexpr,
 ):
     """Program (src, slot): as moe_dispatch, for an e4m3 row (H bytes) and its H/128 float32 scales."""
     src = tl.program_id(0)
@@ -93,8 +94,9 @@ def moe_dispatch_fp8(
     if slot < n:
         t = moe_peer_load_i32(send_idx_sym + me * T_MAX + slot, src).to(tl.int64)
         row = (src * T_MAX + slot).to(tl.int64)
-        moe_pull(recv_x + row * H, x_sym + t * H, H, src)
-        moe_pull(recv_xs + row * (H // QBLOCK), xs_sym + t * (H // QBLOCK), (H // QBLOCK) * 4, src)
+        if PULL_ROWS:  # world 1: the GEMM reads x_sym and x_scale where they are
+            moe_pull(recv_x + row * H, x_sym + t * H, H, src)
+            moe_pull(recv_xs + row * (H // QBLOCK), xs_sym + t * (H // QBLOCK), (H // QBLOCK) * 4, src)
         _receive_routing(ids_sym, w_sym, recv_ids, recv_w, counters_ptr, src, t, row, me, K, K_P2, E_LOC)
 
 

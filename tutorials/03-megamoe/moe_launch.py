@@ -129,6 +129,17 @@ def _place(cfg: MoEConfig) -> KernelLaunch:
     )
 
 
+def _combine_and_reduce(cfg: MoEConfig, tokens: int) -> list[KernelLaunch]:
+    """Combine, then (world > 1) reduce. At world 1 the combine writes y itself: its staging row is
+    the token's row (one source, slots in token order) and nothing needs to cross ranks."""
+    return [_combine(cfg)] if _local(cfg) else [_combine(cfg), _reduce(cfg, tokens)]
+
+
+def _local(cfg: MoEConfig) -> bool:
+    """World 1: every expert is local, so token rows are read where they are and nothing is pushed."""
+    return cfg.world == 1
+
+
 def _combine(cfg: MoEConfig) -> KernelLaunch:
     h, k, k_p2 = cfg.hidden, cfg.top_k, next_pow2(cfg.top_k)
     return KernelLaunch(
@@ -139,11 +150,13 @@ def _combine(cfg: MoEConfig) -> KernelLaunch:
             _p("recv_n", "recv_n", "*i32"),
             _p("inv_pos", "inv_pos", "*i32"),
             _p("y_pair", "y_pair", "*bf16"),
-            _p("staging", "staging", "*bf16"),
+            _p("staging", "y" if _local(cfg) else "staging", "*bf16"),
             _p("comb_sym", "comb", "*bf16"),
             _p("me", "me", "i32"),
         ),
-        dict(T_MAX=cfg.max_tokens, H=h, K=k, K_P2=k_p2, BLOCK_H=row_block(h, 1024 // k_p2 * 4)),
+        dict(
+            T_MAX=cfg.max_tokens, H=h, K=k, K_P2=k_p2, BLOCK_H=row_block(h, 1024 // k_p2 * 4), PUSH=not _local(cfg)
+        ),
         grid=(cfg.world, cfg.max_tokens),
     )
 
@@ -178,7 +191,9 @@ def _route_constexprs(cfg: MoEConfig) -> dict[str, int]:
 
 def _dispatch_constexprs(cfg: MoEConfig) -> dict[str, int]:
     k = cfg.top_k
-    return dict(T_MAX=cfg.max_tokens, H=cfg.hidden, K=k, K_P2=next_pow2(k), E_LOC=cfg.local_experts)
+    return dict(
+        T_MAX=cfg.max_tokens, H=cfg.hidden, K=k, K_P2=next_pow2(k), E_LOC=cfg.local_experts, PULL_ROWS=not _local(cfg)
+    )
 
 
 def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
@@ -202,7 +217,7 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 _p("w_sym", "topk_w", "*fp32"),
                 _p("T", "T", "i32"),
             ),
-            dict(_route_constexprs(cfg), BLOCK_H=row_block(h, 256)),
+            dict(_route_constexprs(cfg), BLOCK_H=row_block(h, 256), COPY_X=not _local(cfg)),
             grid=(triton_cdiv(tokens, ROUTE_BLOCK_T),),
         ),
         _plan(cfg),
@@ -231,7 +246,7 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
             "moe_l1_swiglu",
             K.moe_l1_swiglu,
             (
-                _p("recv_x", "recv_x", "*bf16"),
+                _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
                 _p("sorted_row", "sorted_row", "*i32"),
                 _p("counters_ptr", "counters", "*i32"),
                 _p("w1_ptr", "w1", "*bf16"),
@@ -252,8 +267,7 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
             l2,
             **l2_opts,
         ),
-        _combine(cfg),
-        _reduce(cfg, tokens),
+        *_combine_and_reduce(cfg, tokens),
     ]
 
 
@@ -318,8 +332,8 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
             "moe_l1_swiglu_fp8",
             KF.moe_l1_swiglu_fp8,
             (
-                _p("recv_x", "recv_x", "*fp8e4nv"),
-                _p("recv_xs", "recv_xs", "*fp32"),
+                _p("recv_x", "x_sym" if _local(cfg) else "recv_x", "*fp8e4nv"),
+                _p("recv_xs", "x_scale" if _local(cfg) else "recv_xs", "*fp32"),
                 _p("sorted_row", "sorted_row", "*i32"),
                 _p("counters_ptr", "counters", "*i32"),
                 _p("w1q_ptr", "w1q", "*fp8e4nv"),
@@ -346,8 +360,7 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
             **l2_opts,
             step="moe_l2",
         ),
-        _combine(cfg),
-        _reduce(cfg, tokens),
+        *_combine_and_reduce(cfg, tokens),
     ]
 
 
