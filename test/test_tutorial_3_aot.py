@@ -61,3 +61,20 @@ def test_every_kernel_listed():
         "moe_l1_swiglu_fp8",
         "moe_l2_fp8",
     ]
+
+
+@pytest.mark.nvshmem
+def test_world_one_variants_compile_without_row_copies():
+    """World 1's route, dispatch and combine (no copy, pull or push) compile for sm_90; without the
+    pull and push the combine no longer needs NVSHMEM at all."""
+    import dataclasses
+
+    world_one = dataclasses.replace(aot.REPRESENTATIVE, num_experts=16, world=1)
+    for launch in aot.all_launches((world_one,)):
+        if launch.name not in ("moe_route", "moe_dispatch", "moe_combine"):
+            continue
+        options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+        ptx = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+        assert "ld.global.cg.v4" not in ptx or launch.name == "moe_route", f"{launch.name} still copies rows"
+        if launch.name == "moe_combine":
+            assert "nvshmemi_device_state_d" not in ptx, "world 1's combine must not link NVSHMEM"
