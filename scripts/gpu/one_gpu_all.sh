@@ -4,6 +4,8 @@
 # tile sweeps (bf16 and fp8). Each part gets min(its cap, time left); a part with < 30 s left is
 # SKIPPED. Run from the repository root with .debs/ carried (scripts/gpu/setup.sh):
 #   bash scripts/gpu/one_gpu_all.sh
+# Through the device tool (at most 8 files come back from $OUT, so pack them):
+#   R=$OUT; OUT=/tmp/res bash scripts/gpu/one_gpu_all.sh; tar czf $R/res.tgz -C /tmp res
 # Environment: SUITE_BUDGET_S (default 540, including setup), RUNTIME_SUITE_CYCLES (default 5; the
 # 20-cycle run takes 110 s alone: bench/results/session2-2026-11-29/),
 # OUT (default bench/results/one_gpu_<UTC stamp>). Each part writes its own logs and JSON into a
