@@ -78,3 +78,24 @@ def test_world_one_variants_compile_without_row_copies():
         assert "ld.global.cg.v4" not in ptx or launch.name == "moe_route", f"{launch.name} still copies rows"
         if launch.name == "moe_combine":
             assert "nvshmemi_device_state_d" not in ptx, "world 1's combine must not link NVSHMEM"
+
+
+@pytest.mark.parametrize("name", ["moe_l1_swiglu", "moe_l2"])
+def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
+    """Tiles(tma=True): the grouped GEMM creates its descriptors on the device and stages the weight
+    (and L2's h) tiles with TMA copies feeding wgmma; it fits in shared memory."""
+    import dataclasses
+
+    from moe_config import choose_tiles
+    from moe_launch import launches
+
+    cfg = aot.REPRESENTATIVE
+    tiles = dataclasses.replace(choose_tiles(256, cfg.hidden, cfg.intermediate), tma=True)
+    (launch,) = [lc for lc in launches(cfg, tiles, cfg.max_tokens) if lc.name == name]
+    options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+    compiled = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options)
+    ttgir = compiled.asm["ttgir"]
+    assert "ttng.tensormap_create" in ttgir and "ttng.async_tma_copy_global_to_local" in ttgir
+    assert "warp_group_dot" in ttgir
+    assert compiled.metadata.global_scratch_size > 0, "device-side descriptors need the scratch allocator"
+    assert compiled.metadata.shared <= SHARED_LIMIT

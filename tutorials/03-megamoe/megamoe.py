@@ -41,7 +41,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from moe_config import FP8_BLOCK, PRECISIONS, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8  # noqa: E402
-from moe_launch import KernelLaunch, launches  # noqa: E402
+from moe_launch import KernelLaunch, install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights, quantize_rows  # noqa: E402
 
 _TORCH_DTYPES = {
@@ -95,6 +95,8 @@ class MegaMoE:
         self.tiles = tiles or (choose_tiles_fp8 if precision == "fp8" else choose_tiles)(rows, hidden, intermediate)
         # built now so that tiles unfit for the precision raise here, before any collective allocation
         self._launches: dict[int, list[KernelLaunch]] = {max_tokens: launches(self.cfg, self.tiles, max_tokens)}
+        if self.tiles.tma:
+            install_descriptor_scratch(w1.device)
         self.weights = expert_weights(w1, w2, precision)
         self._rt = rt
         self.sym = {n: rt.zeros(s, _TORCH_DTYPES[d]) for n, s, d in self.cfg.symmetric_buffers()}

@@ -148,6 +148,7 @@ class Tiles:
     num_warps: int
     num_stages: int
     group_m: int = 4
+    tma: bool = False  # bf16 only: weight (and L2's h) tiles through device-side TMA descriptors
 
 
 def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tiles:

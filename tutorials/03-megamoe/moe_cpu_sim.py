@@ -34,7 +34,7 @@ if str(HERE) not in sys.path:
 import moe_kernels  # noqa: E402
 import moe_kernels_fp8  # noqa: E402
 from moe_config import MoEConfig, Tiles  # noqa: E402
-from moe_launch import launches  # noqa: E402
+from moe_launch import install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights  # noqa: E402
 
 _DTYPES = {
@@ -167,6 +167,8 @@ def simulate_kernels(
     fix_interpreter_fp8_cast()
     ys = [torch.full_like(x, float("nan")) for x in xs]
     plans = [launches(cfg, tiles, x.shape[0]) for x in xs]
+    if tiles.tma:
+        install_descriptor_scratch("cpu")
     bindings = []
     for r in range(world):
         b = {**sym[r], **local[r]}
@@ -194,7 +196,10 @@ def simulate_kernels(
     return ys, [{**sym[r], **local[r]} for r in range(world)]
 
 
-SWIZZLE_TILES = Tiles(block_m=64, block_n1=64, block_n2=32, block_k=64, num_warps=4, num_stages=1, group_m=3)
+# bf16: also loads through device-side TMA descriptors (h rows past the buffer read as zeros)
+SWIZZLE_TILES = Tiles(
+    block_m=64, block_n1=64, block_n2=32, block_k=64, num_warps=4, num_stages=1, group_m=3, tma=True
+)
 # fp8: an L2 N tile of 256 spans two scale blocks of w2
 SWIZZLE_TILES_FP8 = Tiles(block_m=64, block_n1=128, block_n2=256, block_k=128, num_warps=4, num_stages=1, group_m=3)
 SIM_TOL_NORM = 3e-2  # the interpreter's float32 -> bf16 casts truncate instead of rounding
@@ -279,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     odd_tiles = SWIZZLE_TILES_FP8 if args.precision == "fp8" else SWIZZLE_TILES
     for world in args.world:
         for skewed in (False, True):
-            # skewed routing also runs other tiles (bf16: 4 L2 N tiles; fp8: one spanning two scale blocks)
+            # skewed routing also runs other tiles (bf16: 4 L2 N tiles, TMA; fp8: one spanning two scale blocks)
             # and M-tile groups of 3 that do not divide the grid
             errors = check(world, skewed, tiles=odd_tiles if skewed else None, precision=args.precision)
             failed |= bool(errors)

@@ -303,8 +303,12 @@ def moe_l1_swiglu(
     BLOCK_K: tl.constexpr,
     M_TILES: tl.constexpr,
     GROUP_M: tl.constexpr,
+    TMA: tl.constexpr,
 ):
-    """h[p, n] = silu(x_p @ w1[e][:, n]) * (x_p @ w1[e][:, INTER + n]) for pairs p of expert e."""
+    """h[p, n] = silu(x_p @ w1[e][:, n]) * (x_p @ w1[e][:, INTER + n]) for pairs p of expert e.
+
+    TMA: weight tiles through a device-side tensor descriptor (needs ``triton.set_allocator``); the
+    A rows are gathered through the pair list either way."""
     pid_m, pid_n = _tile_order(M_TILES, INTER // BLOCK_N, GROUP_M)
     expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
     if expert >= E_LOC:
@@ -315,15 +319,26 @@ def moe_l1_swiglu(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = recv_x + rows[:, None] * H + offs_k[None, :]
-    g_ptrs = w1_ptr + expert.to(tl.int64) * (H * 2 * INTER) + offs_k[:, None] * (2 * INTER) + offs_n[None, :]
+    if TMA:  # w1 as [E_LOC * H, 2 * INTER]: expert e's K rows start at e * H
+        w_desc = tl.make_tensor_descriptor(
+            w1_ptr, shape=[E_LOC * H, 2 * INTER], strides=[2 * INTER, 1], block_shape=[BLOCK_K, BLOCK_N]
+        )
+    else:
+        g_ptrs = w1_ptr + expert.to(tl.int64) * (H * 2 * INTER) + offs_k[:, None] * (2 * INTER) + offs_n[None, :]
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for _ in range(0, H, BLOCK_K):
+    for k in range(0, H, BLOCK_K):
         a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
-        acc_g = tl.dot(a, tl.load(g_ptrs), acc_g)
-        acc_u = tl.dot(a, tl.load(g_ptrs + INTER), acc_u)
+        if TMA:
+            gate = w_desc.load([expert * H + k, pid_n * BLOCK_N])
+            up = w_desc.load([expert * H + k, INTER + pid_n * BLOCK_N])
+        else:
+            gate = tl.load(g_ptrs)
+            up = tl.load(g_ptrs + INTER)
+            g_ptrs += BLOCK_K * 2 * INTER
+        acc_g = tl.dot(a, gate, acc_g)
+        acc_u = tl.dot(a, up, acc_u)
         a_ptrs += BLOCK_K
-        g_ptrs += BLOCK_K * 2 * INTER
     h = acc_g * tl.sigmoid(acc_g) * acc_u
     out = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_n[None, :]
     tl.store(out, h.to(tl.bfloat16), mask=mask_m[:, None])
@@ -344,8 +359,14 @@ def moe_l2(
     BLOCK_K: tl.constexpr,
     M_TILES: tl.constexpr,
     GROUP_M: tl.constexpr,
+    TMA: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
-    """y_pair[p] = h[p] @ w2[e] for pairs p of expert e."""
+    """y_pair[p] = h[p] @ w2[e] for pairs p of expert e (h has PAIRS rows).
+
+    TMA: h and weight tiles through device-side tensor descriptors (needs ``triton.set_allocator``).
+    A tile's rows past its expert's then belong to the next expert (or lie past PAIRS and read as
+    zeros); their outputs are masked at the store, as with the pointer loads."""
     pid_m, pid_n = _tile_order(M_TILES, H // BLOCK_N, GROUP_M)
     expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
     if expert >= E_LOC:
@@ -354,14 +375,27 @@ def moe_l2(
     mask_m = offs_m < row_end
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_k[None, :]
-    b_ptrs = w2_ptr + expert.to(tl.int64) * (INTER * H) + offs_k[:, None] * H + offs_n[None, :]
+    if TMA:  # w2 as [E_LOC * INTER, H]: expert e's K rows start at e * INTER
+        a_desc = tl.make_tensor_descriptor(
+            h_ptr, shape=[PAIRS, INTER], strides=[INTER, 1], block_shape=[BLOCK_M, BLOCK_K]
+        )
+        b_desc = tl.make_tensor_descriptor(
+            w2_ptr, shape=[E_LOC * INTER, H], strides=[H, 1], block_shape=[BLOCK_K, BLOCK_N]
+        )
+    else:
+        a_ptrs = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_k[None, :]
+        b_ptrs = w2_ptr + expert.to(tl.int64) * (INTER * H) + offs_k[:, None] * H + offs_n[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for _ in range(0, INTER, BLOCK_K):
-        a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
-        acc = tl.dot(a, tl.load(b_ptrs), acc)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * H
+    for k in range(0, INTER, BLOCK_K):
+        if TMA:
+            a = a_desc.load([row0, k])
+            b = b_desc.load([expert * INTER + k, pid_n * BLOCK_N])
+        else:
+            a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K * H
+        acc = tl.dot(a, b, acc)
     out = y_ptr + offs_m.to(tl.int64)[:, None] * H + offs_n[None, :]
     tl.store(out, acc.to(tl.bfloat16), mask=mask_m[:, None])
 

@@ -49,6 +49,16 @@ class KernelLaunch:
         return sig
 
 
+def install_descriptor_scratch(device: Any) -> None:
+    """Give Triton a scratch allocator on ``device`` (torch's caching allocator, so CUDA-graph capture
+    works): device-side TMA descriptors (``Tiles.tma``) live in it. Process-wide, like
+    ``triton.set_allocator`` itself."""
+    import torch
+    import triton
+
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
 def row_block(hidden: int, cap: int = 1024) -> int:
     """Largest power of two <= cap dividing ``hidden`` (a row chunk for copy/sum loops)."""
     b = cap
@@ -203,8 +213,11 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
         return launches_fp8(cfg, tiles, tokens)
     _check_tokens(cfg, tokens)
     h, i = cfg.hidden, cfg.intermediate
-    l1, l1_opts = _gemm(cfg, tiles, i, tiles.block_n1, BLOCK_N=tiles.block_n1, BLOCK_K=tiles.block_k)
-    l2, l2_opts = _gemm(cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2, BLOCK_K=tiles.block_k)
+    l1, l1_opts = _gemm(cfg, tiles, i, tiles.block_n1, BLOCK_N=tiles.block_n1, BLOCK_K=tiles.block_k, TMA=tiles.tma)
+    l2, l2_opts = _gemm(
+        cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2, BLOCK_K=tiles.block_k, TMA=tiles.tma,
+        PAIRS=cfg.pair_capacity,
+    )
     return [
         KernelLaunch(
             "moe_route",
@@ -277,6 +290,8 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
     kernel it stands in for. ``tiles`` must have block_k = block_n1 = 128 (:func:`choose_tiles_fp8`)."""
     if cfg.precision != "fp8":
         raise ValueError(f"launches_fp8 needs a MoEConfig with precision='fp8', got {cfg.precision!r}")
+    if tiles.tma:
+        raise ValueError("Tiles.tma is for the bf16 GEMMs; the fp8 GEMMs load with pointers (tma=False)")
     if (tiles.block_k, tiles.block_n1) != (FP8_BLOCK, FP8_BLOCK):
         raise ValueError(
             f"fp8 tiles need block_k = block_n1 = {FP8_BLOCK} (one scale block per K step and per h tile), "

@@ -27,9 +27,9 @@ if str(HERE) not in sys.path:
 
 from megamoe import MegaMoE, make_inputs, make_weights  # noqa: E402
 from moe_config import Tiles  # noqa: E402
-from moe_launch import launches  # noqa: E402
+from moe_launch import install_descriptor_scratch, launches  # noqa: E402
 
-# (block_m, block_n, block_k, num_warps, num_stages, group_m) per kernel; the first is the reference.
+# (block_m, block_n, block_k, num_warps, num_stages, group_m[, tma]) per kernel; the first is the reference.
 L1_CANDIDATES = [
     (128, 128, 32, 8, 6, 8),  # choose_tiles' pick
     (128, 128, 32, 8, 5, 4),
@@ -40,6 +40,8 @@ L1_CANDIDATES = [
     (128, 128, 32, 8, 5, 8),
     (128, 128, 64, 8, 4, 4),
     (64, 128, 64, 4, 4, 4),
+    (128, 128, 32, 8, 6, 8, True),  # weight tiles through TMA
+    (128, 128, 64, 8, 4, 8, True),
 ]
 L2_CANDIDATES = [
     (128, 256, 32, 8, 6, 8),  # choose_tiles' pick
@@ -50,6 +52,9 @@ L2_CANDIDATES = [
     (128, 256, 64, 8, 4, 8),
     (128, 256, 64, 8, 4, 2),
     (64, 256, 64, 4, 4, 4),
+    (128, 256, 32, 8, 6, 8, True),  # h and weight tiles through TMA
+    (128, 256, 64, 8, 4, 8, True),
+    (128, 256, 64, 8, 3, 8, True),
 ]
 # fp8: K is one scale block (128) and so is L1's N (h is quantized per 128 columns).
 L1_FP8_CANDIDATES = [
@@ -74,11 +79,11 @@ SWEEPS = {
 }
 
 
-def _tiles(kernel: str, cand: tuple[int, ...], base: Tiles) -> Tiles:
-    bm, bn, bk, warps, stages, group = cand
+def _tiles(kernel: str, cand: tuple, base: Tiles) -> Tiles:
+    bm, bn, bk, warps, stages, group, *tma = cand
     if kernel.startswith("moe_l1"):
-        return Tiles(bm, bn, base.block_n2, bk, warps, stages, group)
-    return Tiles(bm, base.block_n1, bn, bk, warps, stages, group)
+        return Tiles(bm, bn, base.block_n2, bk, warps, stages, group, *tma)
+    return Tiles(bm, base.block_n1, bn, bk, warps, stages, group, *tma)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if rt.n_pes() != 1:
         raise SystemExit("tune_gemms.py runs at world 1 (all experts local)")
     dev = torch.device("cuda", torch.cuda.current_device())
+    install_descriptor_scratch(dev)  # for the TMA candidates
     h, i, e, k, t = args.hidden, args.intermediate, args.experts, args.top_k, args.tokens
     w1, w2 = make_weights(h, i, e, 5, dev)
     layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision)
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(sys.argv),
         "shape": {"hidden": h, "intermediate": i, "experts": e, "top_k": k, "tokens": t, "pairs": pairs},
         "precision": args.precision,
-        "tile_fields": ["block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m"],
+        "tile_fields": ["block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "tma"],
         "rows": rows,
         "best": best,
     }
