@@ -60,10 +60,8 @@ def _route_topk(
     K_P2: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
-    """Top-k ids and weights of this program's BLOCK_T tokens into ids_sym/w_sym; (token rows, mask)."""
-    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    mask_t = offs_t < T
-    rows = offs_t.to(tl.int64)
+    """Top-k ids and weights of this program's BLOCK_T tokens into ids_sym/w_sym."""
+    rows, mask_t = _token_rows(T, BLOCK_T)
     e = tl.arange(0, E_P2)
     kk = tl.arange(0, K_P2)
     lg = tl.load(
@@ -85,7 +83,13 @@ def _route_topk(
     mk = mask_t[:, None] & (kk[None, :] < K)
     tl.store(ids_sym + rows[:, None] * K + kk[None, :], ids, mask=mk)
     tl.store(w_sym + rows[:, None] * K + kk[None, :], p, mask=mk)
-    return rows, mask_t
+
+
+@triton.jit
+def _token_rows(T, BLOCK_T: tl.constexpr):
+    """(int64 token rows, in-range mask) of the BLOCK_T tokens of route program (program_id(0), *)."""
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    return offs_t.to(tl.int64), offs_t < T
 
 
 @triton.jit
@@ -103,16 +107,20 @@ def moe_route(
     H: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    H_CHUNK: tl.constexpr,
     COPY_X: tl.constexpr,
 ):
-    """Top-k (ties -> lower id) and softmax over the selected logits; copies x to x_sym if COPY_X
-    (world 1 needs no copy: the GEMM reads x itself)."""
-    rows, mask_t = _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
+    """Program (token block, column chunk): chunk 0 does top-k (ties -> lower id) and the softmax over
+    the selected logits; with COPY_X every program copies its H_CHUNK columns of x to x_sym (world 1
+    needs no copy: the GEMM reads x itself, and the grid has one chunk)."""
+    if tl.program_id(1) == 0:
+        _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
     if COPY_X:
-        hh = tl.arange(0, BLOCK_H)
-        for h0 in range(0, H, BLOCK_H):
-            v = tl.load(x_ptr + rows[:, None] * H + h0 + hh[None, :], mask=mask_t[:, None])
-            tl.store(x_sym + rows[:, None] * H + h0 + hh[None, :], v, mask=mask_t[:, None])
+        rows, mask_t = _token_rows(T, BLOCK_T)
+        cols = tl.program_id(1) * H_CHUNK + tl.arange(0, BLOCK_H)
+        for h0 in range(0, H_CHUNK, BLOCK_H):
+            v = tl.load(x_ptr + rows[:, None] * H + h0 + cols[None, :], mask=mask_t[:, None])
+            tl.store(x_sym + rows[:, None] * H + h0 + cols[None, :], v, mask=mask_t[:, None])
 
 
 @triton.jit

@@ -21,7 +21,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 from moe_config import FP8_BLOCK
-from moe_kernels import _expert_tile, _receive_routing, _route_topk, _tile_order, moe_peer_load_i32, moe_pull
+from moe_kernels import (
+    _expert_tile,
+    _receive_routing,
+    _route_topk,
+    _tile_order,
+    _token_rows,
+    moe_peer_load_i32,
+    moe_pull,
+)
 from moe_quant import AMAX_FLOOR, FP8_MAX
 
 QBLOCK = tl.constexpr(FP8_BLOCK)
@@ -52,11 +60,16 @@ def moe_route_fp8(
     K_P2: tl.constexpr,
     H: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    H_CHUNK: tl.constexpr,
 ):
-    """Top-k and softmax as moe_route; x (bf16) -> x_sym (e4m3 [T, H]) and xs_sym (float32 [T, H/128])."""
-    rows, mask_t = _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
+    """Program (token block, column chunk): top-k and softmax as moe_route (chunk 0); x (bf16) ->
+    x_sym (e4m3 [T, H]) and xs_sym (float32 [T, H/128]) for its H_CHUNK columns."""
+    if tl.program_id(1) == 0:
+        _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
+    rows, mask_t = _token_rows(T, BLOCK_T)
     cc = tl.arange(0, QBLOCK)
-    for kb in range(0, H // QBLOCK):
+    for chunk_kb in range(0, H_CHUNK // QBLOCK):
+        kb = tl.program_id(1) * (H_CHUNK // QBLOCK) + chunk_kb
         offs = rows[:, None] * H + kb * QBLOCK + cc[None, :]
         q, scale = _quantize_rows(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32))
         tl.store(x_sym + offs, q, mask=mask_t[:, None])

@@ -21,6 +21,7 @@ import moe_kernels_fp8 as KF
 from moe_config import FP8_BLOCK, MoEConfig, Tiles, max_m_tiles, next_pow2
 
 ROUTE_BLOCK_T = 16
+ROUTE_CHUNK = 512  # at most this many columns of x per route program
 PLAN_BLOCK_T = 128
 
 
@@ -199,6 +200,13 @@ def _route_constexprs(cfg: MoEConfig) -> dict[str, int]:
     )
 
 
+def _route_chunk(cfg: MoEConfig) -> int:
+    """Columns of x each route program copies or quantizes: a (T/16) x (H/chunk) grid keeps the SMs
+    busy where T/16 programs alone (32 at 512 tokens) would each stream whole rows. fp8: whole scale
+    blocks."""
+    return row_block(cfg.hidden, max(ROUTE_CHUNK, FP8_BLOCK) if cfg.precision == "fp8" else ROUTE_CHUNK)
+
+
 def _dispatch_constexprs(cfg: MoEConfig) -> dict[str, int]:
     k = cfg.top_k
     return dict(
@@ -230,8 +238,13 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
                 _p("w_sym", "topk_w", "*fp32"),
                 _p("T", "T", "i32"),
             ),
-            dict(_route_constexprs(cfg), BLOCK_H=row_block(h, 256), COPY_X=not _local(cfg)),
-            grid=(triton_cdiv(tokens, ROUTE_BLOCK_T),),
+            dict(
+                _route_constexprs(cfg),
+                BLOCK_H=row_block(_route_chunk(cfg), 256),
+                H_CHUNK=_route_chunk(cfg),
+                COPY_X=not _local(cfg),
+            ),
+            grid=(triton_cdiv(tokens, ROUTE_BLOCK_T), 1 if _local(cfg) else h // _route_chunk(cfg)),
         ),
         _plan(cfg),
         KernelLaunch(
@@ -314,8 +327,8 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
                 _p("w_sym", "topk_w", "*fp32"),
                 _p("T", "T", "i32"),
             ),
-            _route_constexprs(cfg),
-            grid=(triton_cdiv(tokens, ROUTE_BLOCK_T),),
+            dict(_route_constexprs(cfg), H_CHUNK=_route_chunk(cfg)),
+            grid=(triton_cdiv(tokens, ROUTE_BLOCK_T), h // _route_chunk(cfg)),
             step="moe_route",
         ),
         _plan(cfg),
