@@ -85,6 +85,7 @@ def test_tiles_and_launch_grids():
     with pytest.raises(ValueError, match="divide"):
         choose_tiles(256, 4096, 1000)
     assert by_name["moe_reduce"].grid == (500,) and by_name["moe_route"].grid == (32, 4096 // 512)
+    assert by_name["moe_combine"].grid == (2, 512, 4096 // 1024)
     assert [lc.name for lc in by_name.values() if lc.barrier_before] == ["moe_dispatch", "moe_reduce"]
     with pytest.raises(ValueError):
         launches(cfg, tiles, 513)

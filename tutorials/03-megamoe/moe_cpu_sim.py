@@ -34,8 +34,8 @@ if str(HERE) not in sys.path:
 import moe_kernels  # noqa: E402
 import moe_launch  # noqa: E402
 
-# Small route chunks, so that the small H simulated here still splits x over several route programs.
-moe_launch.ROUTE_CHUNK = 64
+# Small route and combine chunks, so that the small H simulated here still splits rows over programs.
+moe_launch.ROUTE_CHUNK = moe_launch.COMBINE_CHUNK = 64
 import moe_kernels_fp8  # noqa: E402
 from moe_config import MoEConfig, Tiles  # noqa: E402
 from moe_launch import install_descriptor_scratch, launches  # noqa: E402

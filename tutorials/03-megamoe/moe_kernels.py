@@ -422,9 +422,11 @@ def moe_combine(
     K: tl.constexpr,
     K_P2: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    H_CHUNK: tl.constexpr,
     PUSH: tl.constexpr,
 ):
-    """Program (src, slot): weighted sum of the row's local pairs, pushed to src's comb[me, slot]."""
+    """Program (src, slot, column chunk): weighted sum of the row's local pairs over H_CHUNK columns,
+    pushed to the same columns of src's comb[me, slot]."""
     src = tl.program_id(0)
     slot = tl.program_id(1)
     n = tl.load(recv_n + src)
@@ -435,15 +437,17 @@ def moe_combine(
         pos = tl.load(inv_pos + row * K + kk, mask=mk, other=-1)
         owned = pos >= 0
         wts = tl.load(recv_w + row * K + kk, mask=mk, other=0.0)
-        hh = tl.arange(0, BLOCK_H)
-        for h0 in range(0, H, BLOCK_H):
+        first = tl.program_id(2) * H_CHUNK
+        cols = first + tl.arange(0, BLOCK_H)
+        for h0 in range(0, H_CHUNK, BLOCK_H):
             v = tl.load(
-                y_pair + pos.to(tl.int64)[:, None] * H + h0 + hh[None, :], mask=owned[:, None], other=0.0
+                y_pair + pos.to(tl.int64)[:, None] * H + h0 + cols[None, :], mask=owned[:, None], other=0.0
             )
             acc = tl.sum(v.to(tl.float32) * wts[:, None], axis=0)
-            tl.store(staging + row * H + h0 + hh, acc.to(tl.bfloat16))
+            tl.store(staging + row * H + h0 + cols, acc.to(tl.bfloat16))
         if PUSH:  # world 1 binds ``staging`` to y (received row == token) and needs no reduce
-            moe_push(comb_sym + (me * T_MAX + slot).to(tl.int64) * H, staging + row * H, H * 2, src)
+            dst = comb_sym + (me * T_MAX + slot).to(tl.int64) * H + first
+            moe_push(dst, staging + row * H + first, H_CHUNK * 2, src)
 
 
 @triton.jit

@@ -22,6 +22,7 @@ from moe_config import FP8_BLOCK, MoEConfig, Tiles, max_m_tiles, next_pow2
 
 ROUTE_BLOCK_T = 16
 ROUTE_CHUNK = 512  # at most this many columns of x per route program
+COMBINE_CHUNK = 1024  # at most this many output columns per combine program
 PLAN_BLOCK_T = 128
 
 
@@ -152,7 +153,10 @@ def _local(cfg: MoEConfig) -> bool:
 
 
 def _combine(cfg: MoEConfig) -> KernelLaunch:
+    """Program (source rank, slot, chunk of COMBINE_CHUNK columns): more programs than rows alone,
+    each summing top-k rows of its columns; at world > 1 each pushes its chunk."""
     h, k, k_p2 = cfg.hidden, cfg.top_k, next_pow2(cfg.top_k)
+    chunk = row_block(h, COMBINE_CHUNK)
     return KernelLaunch(
         "moe_combine",
         K.moe_combine,
@@ -166,9 +170,15 @@ def _combine(cfg: MoEConfig) -> KernelLaunch:
             _p("me", "me", "i32"),
         ),
         dict(
-            T_MAX=cfg.max_tokens, H=h, K=k, K_P2=k_p2, BLOCK_H=row_block(h, 1024 // k_p2 * 4), PUSH=not _local(cfg)
+            T_MAX=cfg.max_tokens,
+            H=h,
+            K=k,
+            K_P2=k_p2,
+            BLOCK_H=row_block(chunk, 1024 // k_p2 * 4),
+            H_CHUNK=chunk,
+            PUSH=not _local(cfg),
         ),
-        grid=(cfg.world, cfg.max_tokens),
+        grid=(cfg.world, cfg.max_tokens, h // chunk),
     )
 
 
