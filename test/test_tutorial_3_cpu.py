@@ -303,8 +303,8 @@ def test_fp8_config_buffers_and_validation():
 def test_fp8_launches():
     cfg = MoEConfig(4096, 1536, 32, 8, 512, world=2, precision="fp8")
     tiles = choose_tiles_fp8(256, 4096, 1536)
-    assert (tiles.block_k, tiles.block_n1, tiles.block_m, tiles.block_n2) == (128, 128, 128, 128)
-    assert choose_tiles_fp8(32, 4096, 1536).block_m == 64
+    assert (tiles.block_k, tiles.block_n1, tiles.block_m, tiles.block_n2, tiles.num_warps) == (128, 128, 64, 256, 8)
+    assert choose_tiles_fp8(32, 4096, 1536).num_stages == 3 and choose_tiles_fp8(256, 4224, 1536).block_n2 == 128
     with pytest.raises(ValueError, match="multiples of 128"):
         choose_tiles_fp8(256, 4096, 1600)
     plan = launches(cfg, tiles, 500)
@@ -325,8 +325,8 @@ def test_fp8_launches():
         if ours.name == theirs.name:  # shared kernels: the very same launch
             assert ours == theirs
     by_name = {lc.name: lc for lc in plan}
-    assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 128 + 16) * (1536 // 128),)
-    assert by_name["moe_l2_fp8"].grid == ((8192 // 128 + 16) * (4096 // 128),)
+    assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 64 + 16) * (1536 // 128),)
+    assert by_name["moe_l2_fp8"].grid == ((8192 // 64 + 16) * (4096 // 256),)
     assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
     with pytest.raises(ValueError, match="Tiles.tma is for the bf16 GEMMs"):
         launches(cfg, dataclasses.replace(tiles, tma=True), 500)

@@ -180,17 +180,17 @@ def max_m_tiles(pair_capacity: int, local_experts: int, block_m: int) -> int:
 
 
 def choose_tiles_fp8(rows_per_expert: float, hidden: int, intermediate: int) -> Tiles:
-    """fp8 grouped-GEMM tiles: K 128 and L1 N 128 (one scale block each), rows as in :func:`choose_tiles`.
+    """fp8 grouped-GEMM tiles: K 128 and L1 N 128 (one scale block each), 64 rows, 8 warps.
 
-    Not yet tuned on a GPU. A K step of 128 fp8 values is 128 bytes per row, so the stages are fewer
-    than bf16's (each L1 stage holds A, gate and up tiles: 48 KB at 128 rows). L2 N is 128: each K
-    step keeps its scaled product next to the accumulator, and at N 256 (8 warps) ptxas spills
-    (255 registers + 240 B of stack, 203 us on the H200) where N 128 needs 175 registers.
+    Each K step keeps its scaled product next to the accumulators, so register pressure decides:
+    ptxas (sm_90a) gives L1 at 128 rows 255 registers and 84 B of spill stores, at 64 rows with 4
+    warps 64 B, at 64 rows with 8 warps 174 registers and none; L2 64 x 256 with 8 warps 205 and none
+    (128 x 256: 352 B spilled). The first H200 run (128-row L1, 128 x 256 L2, both spilling) took
+    245 + 203 us; these tiles are not yet timed (``tune_gemms.py --precision fp8`` sweeps them).
     """
     if hidden % FP8_BLOCK or intermediate % FP8_BLOCK:
         raise ValueError(
             f"hidden={hidden}, intermediate={intermediate}: fp8 needs multiples of {FP8_BLOCK} (the scale block)"
         )
-    if rows_per_expert <= 96:
-        return Tiles(64, FP8_BLOCK, FP8_BLOCK, FP8_BLOCK, num_warps=4, num_stages=3)
-    return Tiles(128, FP8_BLOCK, FP8_BLOCK, FP8_BLOCK, num_warps=8, num_stages=4)
+    block_n2 = 256 if hidden % 256 == 0 else FP8_BLOCK
+    return Tiles(64, FP8_BLOCK, block_n2, FP8_BLOCK, num_warps=8, num_stages=3 if rows_per_expert <= 96 else 4)

@@ -58,20 +58,20 @@ L2_CANDIDATES = [
 ]
 # fp8: K is one scale block (128) and so is L1's N (h is quantized per 128 columns).
 L1_FP8_CANDIDATES = [
-    (128, 128, 128, 8, 4, 4),  # choose_tiles_fp8's pick
-    (128, 128, 128, 8, 3, 4),
-    (128, 128, 128, 8, 4, 8),
+    (64, 128, 128, 8, 4, 4),  # choose_tiles_fp8's pick (no spills)
+    (128, 128, 128, 8, 4, 4),  # the first fp8 version's tiles (84 B spilled)
+    (64, 128, 128, 8, 3, 8),
+    (64, 128, 128, 8, 4, 8),
     (128, 128, 128, 8, 2, 4),
     (64, 128, 128, 4, 4, 4),
-    (64, 128, 128, 4, 3, 8),
 ]
 L2_FP8_CANDIDATES = [
-    (128, 128, 128, 8, 4, 4),  # choose_tiles_fp8's pick
-    (128, 256, 128, 8, 3, 4),  # the first fp8 version's L2 tile (spilled)
+    (64, 256, 128, 8, 4, 4),  # choose_tiles_fp8's pick (no spills)
+    (128, 256, 128, 8, 3, 4),  # the first fp8 version's L2 tile (352 B spilled)
+    (128, 128, 128, 8, 4, 4),
+    (64, 128, 128, 8, 4, 4),
+    (64, 256, 128, 8, 3, 8),
     (128, 128, 128, 8, 3, 8),
-    (128, 128, 128, 4, 4, 4),
-    (64, 256, 128, 4, 4, 4),
-    (64, 128, 128, 4, 4, 4),
 ]
 SWEEPS = {
     "bf16": (("moe_l1_swiglu", L1_CANDIDATES), ("moe_l2", L2_CANDIDATES)),
