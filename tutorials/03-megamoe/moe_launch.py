@@ -8,7 +8,9 @@ constexprs, grid, warps and stages. The keys are the buffer names of :class:`MoE
 ``w1q``, ``w1s``, ``w2q``, ``w2s`` for fp8) (tensors) and ``T``, ``W``, ``me`` (integers).
 ``barrier_before`` marks the launches that need every rank past a barrier_all first (only
 relevant when world > 1). ``step`` names what a launch does in the call, after the bf16 kernel of
-that step, so the same names select a step in either precision.
+that step, so the same names select a step in either precision. At world 1 the plan moves no token
+rows (:func:`_local`): L1 binds its A rows to ``x`` (fp8: ``x_sym``/``x_scale``), the combine binds
+its staging rows to ``y``, and there is no reduce.
 """
 
 from __future__ import annotations
