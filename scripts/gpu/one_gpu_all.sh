@@ -37,9 +37,9 @@ part() {
   ROWS+=("$name $rc $((SECONDS - t0))")
 }
 
-part runtime 150 env RUNTIME_SUITE_CYCLES="${RUNTIME_SUITE_CYCLES:-5}" RUNTIME_SUITE_CORE_TIMEOUT_S=45 \
+part runtime 120 env RUNTIME_SUITE_CYCLES="${RUNTIME_SUITE_CYCLES:-5}" RUNTIME_SUITE_CORE_TIMEOUT_S=45 \
   python3 scripts/gpu/runtime_suite.py
-part tutorial2 150 env T2_BUDGET_S=140 bash scripts/gpu/tutorial2_suite.sh
+part tutorial2 170 env T2_BUDGET_S=160 bash scripts/gpu/tutorial2_suite.sh
 part tutorial3 200 bash scripts/gpu/tutorial3_suite.sh
 part tune_bf16 90 python3 tutorials/03-megamoe/tune_gemms.py
 part tune_fp8 80 python3 tutorials/03-megamoe/tune_gemms.py --precision fp8
