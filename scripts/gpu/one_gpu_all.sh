@@ -33,6 +33,7 @@ part() {
   echo "== $name (limit ${limit}s)"
   OUT=$RES/$name timeout -k 10 "$limit" "$@" >"$RES/$name/stdout.log" 2>&1
   rc=$?
+  stop_mps >/dev/null 2>&1  # a part killed by its timeout may leave MPS running: the next starts clean
   tail -n 15 "$RES/$name/stdout.log"
   ROWS+=("$name $rc $((SECONDS - t0))")
 }
