@@ -168,14 +168,3 @@ def test_tolerance_accepts_rounding_and_rejects_two_ulps_and_nan(dtype):
     assert not compare(poisoned, norm, dtype).ok
     with pytest.raises(ValueError):
         tolerance(torch.float32)
-
-
-def test_percentile():
-    from conftest import load_tutorial_aot
-
-    percentile = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark").percentile
-
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 50) == pytest.approx(50.5)
-    assert percentile(values, 99) == pytest.approx(99.01)
-    assert percentile([3.0], 90) == 3.0

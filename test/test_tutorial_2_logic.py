@@ -1,5 +1,5 @@
 """Tutorial 2 (AllGather-GEMM), pure-Python parts on CPU: tile order, push order, shapes, configs,
-references and timing summaries; the kernel's tile mapping is checked against the Python one in
+references; the kernel's tile mapping is checked against the Python one in
 Triton's interpreter (a subprocess, since TRITON_INTERPRET must be set before kernels are made)."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ sys.path.insert(0, str(TUTORIAL))
 
 import ag_reference as reference  # noqa: E402
 import ag_schedule as schedule  # noqa: E402
-import ag_timing as timing  # noqa: E402
 
 CASES = [(rank, world, mt, npn, g) for world in (1, 2, 3, 4, 8) for rank in range(world)
          for mt, npn, g in ((1, 1, 8), (3, 5, 2), (8, 4, 8), (4, 7, 3))]  # fmt: skip
@@ -143,15 +142,3 @@ def test_tolerance_passes_output_rounding_and_fails_a_wrong_tile(dtype):
     poisoned = rounded.clone()
     poisoned[3, 5] = float("nan")
     assert reference.relative_error(poisoned, ref) != reference.relative_error(poisoned, ref)  # NaN
-
-
-def test_timing_summaries():
-    assert timing.percentile([3.0, 1.0, 2.0], 50) == 2.0
-    assert timing.percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)
-    s = timing.summarize([1.0, 2.0, 3.0, 4.0])
-    assert (s["p50"], s["min"], s["mean"], s["n"]) == (2.5, 1.0, 2.5, 4)
-    assert timing.rank_max([[1.0, 5.0], [2.0, 3.0]]) == [2.0, 5.0]
-    with pytest.raises(ValueError):
-        timing.rank_max([[1.0], [1.0, 2.0]])
-    with pytest.raises(ValueError):
-        timing.percentile([], 50)

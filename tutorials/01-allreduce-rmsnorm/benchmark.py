@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from triton_raw_ext.timing import percentile
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from allreduce import DTYPE_NAMES, AllReduceRMSNorm  # noqa: E402
@@ -55,17 +57,6 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     r = x.float() + residual.float()
     norm = r * torch.rsqrt(r.square().mean(-1, keepdim=True) + eps) * weight.float()
     return norm.to(x.dtype), r.to(x.dtype)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation between order statistics."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def goal_vs_nccl(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -31,6 +31,8 @@ import ag_timing as timing  # noqa: E402
 from ag_gemm import DTYPES, ISSUE_SHAPES, AllGatherGEMM, _parse_shape  # noqa: E402
 from ag_schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops  # noqa: E402
 
+from triton_raw_ext.timing import rank_max, summarize  # noqa: E402
+
 GOAL_RATIO = 0.90  # world 1 (issue 5): best AG-GEMM at least this fraction of torch.matmul's speed
 GOAL_VS_GEMM_ALONE = 1.05  # world > 1 (issue 7): best AG-GEMM total at most this times its GEMM alone
 
@@ -112,13 +114,13 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
             if world > 1:
                 gathered_times: list[list[float]] = [None] * world  # type: ignore[list-item]
                 dist.all_gather_object(gathered_times, mine)
-                mine = timing.rank_max(gathered_times)
+                mine = rank_max(gathered_times)
             times[name] += mine
 
     flops = gemm_flops(m, n, k, world)
     rows = []
     for name, ts in times.items():
-        stats = timing.summarize(ts)
+        stats = summarize(ts)
         stats["tflops_p50"] = flops / (stats["p50"] * 1e-3) / 1e12 if "all_gather" not in name else None
         rows.append({"variant": name, **stats})
     baseline = next((r for r in rows if r["variant"].startswith("torch_")), None)

@@ -43,6 +43,8 @@ from megamoe import TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_w
 from moe_ep_reference import ep_forward  # noqa: E402
 from moe_reference import reference, reference_bf16  # noqa: E402
 
+from triton_raw_ext.timing import percentile, rank_max  # noqa: E402
+
 COPY_BW = 4.27e12  # bytes/s, device copy measured on the H200
 MATMUL_RATE = 713e12  # FLOP/s, bf16 matmul measured on the H200
 
@@ -63,17 +65,6 @@ WARMUP_CALLS = 3  # world > 1: untimed calls of each row first (compiles, NCCL c
 def roofline_s(weight_bytes: int, flops: int) -> float:
     """The floor of one call: max of reading the weights once and doing the expert FLOPs."""
     return max(weight_bytes / COPY_BW, flops / MATMUL_RATE)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation between order statistics."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _median_ms(fn: Callable[[], object], rep_ms: int) -> float:
@@ -102,7 +93,7 @@ def rank_max_ms(fn: Callable[[], object], repeats: int, inner: int, world: int) 
         mine.append(start.elapsed_time(end) / inner)
     per_rank: list[list[float]] = [[] for _ in range(world)]
     dist.all_gather_object(per_rank, mine)
-    return [max(column) for column in zip(*per_rank, strict=True)]
+    return rank_max(per_rank)
 
 
 def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
