@@ -24,3 +24,9 @@ def test_options_for_every_kernel(folder):
     for name in names:
         options = aot.options_for(name)
         assert options.get("num_warps") in (1, 2, 4, 8, 16, 32), (name, options)
+
+
+def test_options_for_an_unknown_kernel_names_the_listing():
+    aot = load_tutorial_aot("03-megamoe")
+    with pytest.raises(KeyError, match="'moe_nope' is not a Tutorial 3 kernel; kernels\\(\\) lists them"):
+        aot.options_for("moe_nope")
