@@ -6,7 +6,8 @@
 #   bash scripts/gpu/one_gpu_all.sh
 # Through the device tool (at most 8 files come back from $OUT, so pack them):
 #   R=$OUT; OUT=/tmp/res bash scripts/gpu/one_gpu_all.sh; tar czf $R/res.tgz -C /tmp res
-# Environment: SUITE_BUDGET_S (default 540, including setup), RUNTIME_SUITE_CYCLES (default 5; the
+# Environment: PARTS (the parts to run, default all: runtime tutorial2 tutorial3 tune_bf16 tune_fp8),
+# SUITE_BUDGET_S (default 540, including setup), RUNTIME_SUITE_CYCLES (default 5; the
 # 20-cycle run takes 110 s alone: bench/results/session2-2026-11-29/),
 # OUT (default bench/results/one_gpu_<UTC stamp>). Each part writes its own logs and JSON into a
 # subfolder of OUT; one_gpu_all.json lists the parts with their exit status and seconds.
@@ -27,6 +28,7 @@ ROWS=()
 part() {
   local name=$1 cap=$2; shift 2
   local left=$((BUDGET - SECONDS - 10)) limit rc t0=$SECONDS
+  [[ " ${PARTS:-runtime tutorial2 tutorial3 tune_bf16 tune_fp8} " == *" $name "* ]] || return 0
   limit=$(( cap < left ? cap : left ))
   mkdir -p "$RES/$name"
   if (( limit < 30 )); then ROWS+=("$name SKIPPED 0"); echo "== $name: SKIPPED (no time left)"; return; fi

@@ -3,6 +3,7 @@
 # sets the NVLink-multicast-off variables, and collects results under $RESULTS.
 set -euo pipefail
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export PYTHONFAULTHANDLER=1  # a Python process sent SIGABRT prints every thread's stack (timeout_with_stacks)
 if ! command -v clang-22 >/dev/null && [ -d .debs ]; then
   root=/tmp/clang-root
   if [ ! -x "$root/usr/lib/llvm-22/bin/clang" ]; then
@@ -24,3 +25,26 @@ export RESULTS=${RESULTS:-/tmp/results}
 mkdir -p "$RESULTS"
 start_mps() { nvidia-cuda-mps-control -d 2>/dev/null || true; }
 stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null || true; }
+
+_leaf_descendants() {  # the processes under $1 that have no children (a torchrun job's workers)
+  local kids kid
+  kids=$(pgrep -P "$1")
+  if [ -z "$kids" ]; then echo "$1"; return; fi
+  for kid in $kids; do _leaf_descendants "$kid"; done
+}
+# timeout_with_stacks LIMIT CMD...: `timeout -k 10 LIMIT CMD...`, except that 5 s before the limit every
+# leaf process under CMD (the torchrun workers, or CMD itself) gets SIGABRT, so with PYTHONFAULTHANDLER
+# set each prints where all its threads are stuck into CMD's output. Returns 124 when the limit was hit.
+timeout_with_stacks() {
+  local limit=$1 waited=0 pid leaf
+  shift
+  ulimit -c 0
+  timeout -k 10 "$limit" "$@" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && (( waited < limit - 5 )); do sleep 1; waited=$((waited + 1)); done
+  if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; return; fi
+  echo "=== timeout_with_stacks: still running after ${waited}s; SIGABRT to every leaf process for its stacks"
+  for leaf in $(_leaf_descendants "$pid"); do kill -ABRT "$leaf" 2>/dev/null; done
+  wait "$pid"
+  return 124
+}
