@@ -182,7 +182,7 @@ for s in steps:
                              f"{d['speedup_vs_baseline']:.2f}x")
 doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpus": smi,
        "versions": versions, "command": command, "worlds": worlds, "budget_s": budget, "total_s": total,
-       "env": {k: os.environ.get(k, "") for k in ("WORLDS", "TUTORIALS", "NVSHMEM_SYMMETRIC_SIZE",
+       "env": {k: os.environ.get(k, "") for k in ("WORLDS", "TUTORIALS", "NVSHMEM_SYMMETRIC_SIZE", "CUDA_MODULE_LOADING",
                                                    "NVSHMEM_DISABLE_NVLS", "NCCL_NVLS_ENABLE",
                                                    "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
        "steps": steps, "goals": goals}
