@@ -90,6 +90,9 @@ class Session:
     worker: _DaemonWorker
     watchdog: PeerWatchdog | None = None
     shared_gpu: bool = False
+    store: Any = None  # torch.distributed's store when the PEs are a torch.distributed job (host_barrier)
+    token: str = ""  # the bootstrap's per-init id, the same on every PE
+    host_barriers: int = 0
 
 
 _session: Session | None = None
@@ -148,6 +151,7 @@ def init(group: Any = None, *, shared_gpu: bool | None = None) -> None:
         from .hostlib import STATUS_IS_INITIALIZED, host_library
 
         shared = bootstrap.shared_gpu_requested(shared_gpu)
+        _prefer_eager_module_loading(shared)
         device = bootstrap.select_device(
             shared, torch.cuda.device_count() if torch.cuda.is_available() else 0
         )
@@ -191,7 +195,56 @@ def _bootstrap(lib: ctypes.CDLL, world: Any, device: int, bootstrap: Any) -> Ses
             f"NVSHMEM_DEBUG=INFO to see why; common causes are PEs that called init() with different groups, "
             f"GPUs without a P2P path, or NVSHMEM_SYMMETRIC_SIZE larger than free GPU memory"
         )
-    return Session(lib, world.rank, world.size, device, True, next(_serials), _DaemonWorker(), watchdog)
+    return Session(
+        lib, world.rank, world.size, device, True, next(_serials), _DaemonWorker(), watchdog, store=store,
+        token=info.session,
+    )
+
+
+MODULE_LOADING_ENV = "CUDA_MODULE_LOADING"
+
+
+def _prefer_eager_module_loading(shared_gpu: bool) -> None:
+    """One PE per GPU: ask CUDA to load every kernel when its module loads (``EAGER``), unless the
+    user chose a mode. With CUDA's default lazy loading, the first launch of a library kernel loads
+    it, and a load waited for a peer GPU whose kernel waited for this rank: a hang (see
+    :mod:`triton_raw_ext.preload`). Effective only before CUDA starts in this process; later, the
+    user's ``CUDA_MODULE_LOADING=EAGER`` in the launch environment does it."""
+    import torch
+
+    if shared_gpu or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.cuda.is_initialized():
+        return
+    os.environ.setdefault(MODULE_LOADING_ENV, "EAGER")
+
+
+HOST_BARRIER_TIMEOUT_S = 600.0
+
+
+def host_barrier(timeout_s: float = HOST_BARRIER_TIMEOUT_S) -> None:
+    """Return once every PE has called host_barrier (collective; no GPU work, unlike
+    :func:`barrier_all`). Used after loading kernels (:mod:`triton_raw_ext.preload`) so that no PE
+    enqueues waiting kernels while another still loads. Goes through torch.distributed's store; a
+    no-op for one PE or when NVSHMEM was initialised by another owner. Raises after ``timeout_s``
+    naming how many PEs arrived."""
+    import time
+
+    session = require("host_barrier()")
+    if session.n_pes == 1 or session.store is None:
+        return
+    session.host_barriers += 1
+    key = f"triton_raw/host_barrier/{session.token}/{session.host_barriers}"
+    arrived = session.store.add(key, 1)
+    deadline = time.monotonic() + timeout_s
+    delay = 1e-4
+    while arrived < session.n_pes:
+        if time.monotonic() > deadline:
+            raise RawRuntimeError(
+                f"host_barrier: {arrived} of {session.n_pes} PEs arrived within {timeout_s:.0f} s; a PE "
+                "stopped before it (see its log), or PEs call host_barrier a different number of times"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
+        arrived = session.store.add(key, 0)
 
 
 def my_pe() -> int:

@@ -220,3 +220,40 @@ def test_exit_never_hangs_on_a_stuck_teardown() -> None:
     )
     assert proc.returncode == lifecycle.TEARDOWN_TIMEOUT_EXIT_CODE, proc.stderr
     assert "at exit: finalize() on PE 1 of 2 did not finish within 0.5 s" in proc.stderr
+
+
+def test_host_barrier_waits_for_every_pe_through_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from torch.distributed import HashStore
+
+    session = _install(monkeypatch, FakeLib())
+    session.store, session.token = HashStore(), "job-1"
+    peer_arrives_at: list[float] = []
+
+    def peer(n: int) -> None:
+        time.sleep(0.3)
+        peer_arrives_at.append(time.monotonic())
+        session.store.add(f"triton_raw/host_barrier/job-1/{n}", 1)
+
+    for n in (1, 2):  # each call is a new barrier: the first one's count does not release the second
+        threading.Thread(target=peer, args=(n,)).start()
+        runtime.host_barrier(timeout_s=10)
+        assert peer_arrives_at and time.monotonic() >= peer_arrives_at[-1]
+        peer_arrives_at.clear()
+    assert session.lib.calls == []  # no work on the GPU: the helper library saw no call
+
+
+def test_host_barrier_times_out_naming_the_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.distributed import HashStore
+
+    session = _install(monkeypatch, FakeLib())
+    session.store, session.token = HashStore(), "job-2"
+    with pytest.raises(RawRuntimeError, match="1 of 2 PEs arrived within 0 s"):
+        runtime.host_barrier(timeout_s=0.2)
+
+
+def test_host_barrier_is_a_no_op_without_a_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    _install(monkeypatch, FakeLib())  # NVSHMEM initialised by another owner: no torch.distributed store
+    runtime.host_barrier(timeout_s=0.01)

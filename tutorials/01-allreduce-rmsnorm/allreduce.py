@@ -94,7 +94,21 @@ class AllReduceRMSNorm:
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.resident_programs = resident_programs or max(1, sms // _pes_sharing_this_gpu(world))
         self._kernels: dict[tuple[int, int, bool], Any] = {}
+        if world > 1:
+            self._preload()
         self._allocate()
+
+    def _preload(self) -> None:
+        """Compile and load, before any rank allocates or communicates, the kernel of every algorithm
+        this op can pick (16-byte aligned tensors; :mod:`triton_raw_ext.preload` says why), then wait
+        on the host for every rank to have done the same."""
+        from triton_raw_ext import runtime
+
+        algos = {self.layout.algorithm_for(t) for t in (1, self.max_tokens)}  # one-shot up to a size, then two-shot
+        for algo in sorted(algos):
+            cfg = launch_config(algo, 1, self.hidden, self.resident_programs)
+            self._kernel(algo, cfg.block_h, cfg.num_warps, self.hidden % 16 == 0)
+        runtime.host_barrier()
 
     def _allocate(self) -> None:
         lay = self.layout
@@ -116,14 +130,23 @@ class AllReduceRMSNorm:
         return self.layout.algorithm_for(tokens)
 
     def _kernel(self, algo: Algorithm, block_h: int, warps: int, aligned: bool) -> Any:
+        """The compiled and loaded kernel; at world > 1 only those :meth:`_preload` loaded (a module
+        loaded while a peer's kernel waits for this rank can hang the job)."""
         key = (int(algo), warps, aligned)
         if key not in self._kernels:
+            if self.world > 1 and self._kernels:
+                raise ValueError(
+                    "AllReduceRMSNorm: at world > 1 every tensor (x, residual, weight, out) must start at a "
+                    "16-byte aligned address; pass contiguous tensors that own their storage (e.g. .clone())"
+                )
             import triton
             from triton.runtime import driver
 
+            from triton_raw_ext.preload import load
+
             target = driver.active.get_current_target()
             src = kernel_source(int(algo), self.world, block_h, DTYPE_NAMES[self.dtype], aligned)
-            self._kernels[key] = triton.compile(src, target=target, options={"num_warps": warps})
+            self._kernels[key] = load(triton.compile(src, target=target, options={"num_warps": warps}))
         return self._kernels[key]
 
     def __call__(

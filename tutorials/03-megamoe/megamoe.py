@@ -51,6 +51,12 @@ _TORCH_DTYPES = {
     "float8_e4m3fn": torch.float8_e4m3fn,
 }
 _LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_SIGNATURE_DTYPES = {
+    "*bf16": torch.bfloat16,
+    "*fp32": torch.float32,
+    "*i32": torch.int32,
+    "*fp8e4nv": torch.float8_e4m3fn,
+}
 
 
 class MegaMoE:
@@ -99,6 +105,7 @@ class MegaMoE:
             install_descriptor_scratch(w1.device)
         self.weights = expert_weights(w1, w2, precision)
         self._rt = rt
+        self._preload()
         self.sym = {n: rt.zeros(s, _TORCH_DTYPES[d]) for n, s, d in self.cfg.symmetric_buffers()}
         for pe in range(world):
             rt.peer(self.sym["comb"], pe)  # raises naming the PE when it is not load/store reachable
@@ -107,6 +114,21 @@ class MegaMoE:
             n: torch.zeros(s, dtype=_TORCH_DTYPES[d], device=dev) for n, s, d in self.cfg.local_buffers()
         }
         self.closed = False
+
+    def _preload(self) -> None:
+        """Compile and load every kernel of a call before any rank allocates or communicates, then wait
+        on the host for all ranks (a module loaded while a peer's kernel waits for this rank can hang
+        the job: :mod:`triton_raw_ext.preload`). The kernels do not specialise on the token count or
+        the rank, so these are the kernels of every later call."""
+        from triton_raw_ext.preload import preload
+
+        for launch in self._launches[self.cfg.max_tokens]:
+            args = [_SIGNATURE_DTYPES.get(sig, 2) for _, _, sig in launch.params]  # ints: any value but 1
+            preload(
+                launch.fn, *args, grid=launch.grid, **launch.constexprs, num_warps=launch.num_warps,
+                num_stages=launch.num_stages,
+            )
+        self._rt.host_barrier()
 
     def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
         b: dict[str, object] = {**self.sym, **self.local, **self.weights}
@@ -137,9 +159,17 @@ class MegaMoE:
                 f"{tuple(logits.shape)} {logits.dtype}"
             )
         y = torch.empty_like(x) if out is None else out
-        if y.shape != x.shape or y.dtype != torch.bfloat16 or not y.is_contiguous():
-            raise ValueError(f"MegaMoE: out must be a contiguous bf16 tensor of shape {tuple(x.shape)}")
-        self.run(self._bindings(x.contiguous(), logits.contiguous(), y), t)
+        if y.shape != x.shape or y.dtype != torch.bfloat16 or not y.is_contiguous() or y.data_ptr() % 16:
+            raise ValueError(
+                f"MegaMoE: out must be a contiguous bf16 tensor of shape {tuple(x.shape)} at a 16-byte "
+                "aligned address"
+            )
+        # the preloaded kernels take 16-byte aligned x and float32 logits: anything else is copied
+        x = x.contiguous() if x.data_ptr() % 16 == 0 else x.clone()
+        logits = logits.float().contiguous()
+        if logits.data_ptr() % 16:
+            logits = logits.clone()
+        self.run(self._bindings(x, logits, y), t)
         return y
 
     def run(self, bindings: dict[str, object], tokens: int, only: tuple[str, ...] = ()) -> None:

@@ -92,7 +92,7 @@ def _token_rows(T, BLOCK_T: tl.constexpr):
     return offs_t.to(tl.int64), offs_t < T
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def moe_route(
     logits_ptr,
     x_ptr,
@@ -123,7 +123,7 @@ def moe_route(
             tl.store(x_sym + rows[:, None] * H + h0 + cols[None, :], v, mask=mask_t[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "W"])
 def moe_plan(
     ids_sym,
     slot_ptr,
@@ -163,7 +163,7 @@ def moe_plan(
     tl.store(send_count_sym + r, base)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["me"])
 def moe_dispatch(
     x_sym,
     ids_sym,
@@ -230,7 +230,7 @@ def _receive_routing(
     tl.atomic_add(counters_ptr + e, tl.full([K_P2], 1, tl.int32), mask=owned, sem="relaxed")
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["me"])
 def moe_place(
     recv_ids,
     recv_n,
@@ -408,7 +408,7 @@ def moe_l2(
     tl.store(out, acc.to(tl.bfloat16), mask=mask_m[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["me"])
 def moe_combine(
     recv_w,
     recv_n,
@@ -450,7 +450,7 @@ def moe_combine(
             moe_push(dst, staging + row * H + first, H_CHUNK * 2, src)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["W"])
 def moe_reduce(
     comb_sym,
     slot_ptr,

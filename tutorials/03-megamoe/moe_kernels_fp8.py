@@ -45,7 +45,7 @@ def _quantize_rows(v):
     return q.to(tl.float8e4nv), scale
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def moe_route_fp8(
     logits_ptr,
     x_ptr,
@@ -76,7 +76,7 @@ def moe_route_fp8(
         tl.store(xs_sym + rows * (H // QBLOCK) + kb, scale, mask=mask_t)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["me"])
 def moe_dispatch_fp8(
     x_sym,
     xs_sym,
