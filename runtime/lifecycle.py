@@ -151,7 +151,6 @@ def init(group: Any = None, *, shared_gpu: bool | None = None) -> None:
         from .hostlib import STATUS_IS_INITIALIZED, host_library
 
         shared = bootstrap.shared_gpu_requested(shared_gpu)
-        _prefer_eager_module_loading(shared)
         device = bootstrap.select_device(
             shared, torch.cuda.device_count() if torch.cuda.is_available() else 0
         )
@@ -199,22 +198,6 @@ def _bootstrap(lib: ctypes.CDLL, world: Any, device: int, bootstrap: Any) -> Ses
         lib, world.rank, world.size, device, True, next(_serials), _DaemonWorker(), watchdog, store=store,
         token=info.session,
     )
-
-
-MODULE_LOADING_ENV = "CUDA_MODULE_LOADING"
-
-
-def _prefer_eager_module_loading(shared_gpu: bool) -> None:
-    """One PE per GPU: ask CUDA to load every kernel when its module loads (``EAGER``), unless the
-    user chose a mode. With CUDA's default lazy loading, the first launch of a library kernel loads
-    it, and a load waited for a peer GPU whose kernel waited for this rank: a hang (see
-    :mod:`triton_raw_ext.preload`). Effective only before CUDA starts in this process; later, the
-    user's ``CUDA_MODULE_LOADING=EAGER`` in the launch environment does it."""
-    import torch
-
-    if shared_gpu or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.cuda.is_initialized():
-        return
-    os.environ.setdefault(MODULE_LOADING_ENV, "EAGER")
 
 
 HOST_BARRIER_TIMEOUT_S = 600.0

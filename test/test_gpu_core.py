@@ -105,3 +105,18 @@ def test_nvshmem_put_get_at_world_size_one(torch):
 
 def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
+
+
+def test_preload_loads_the_kernel_the_launch_then_uses(torch):
+    from kernels.raw_kernels import elementwise_kernel
+
+    from triton_raw_ext.preload import preload
+
+    n = 4096
+    kernel = preload(elementwise_kernel, torch.float32, torch.float32, n, grid=(4,), BLOCK=1024)
+    assert kernel.module is not None  # loaded before any launch
+    x = torch.randn(n, device="cuda")
+    y = torch.empty_like(x)
+    launched = elementwise_kernel[(4,)](x, y, n, BLOCK=1024)
+    assert launched is kernel  # same specialisation: Triton's cache hands back the preloaded kernel
+    torch.testing.assert_close(y, x + 1.0, rtol=0, atol=0)

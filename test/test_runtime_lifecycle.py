@@ -257,3 +257,10 @@ def test_host_barrier_times_out_naming_the_arrivals(monkeypatch: pytest.MonkeyPa
 def test_host_barrier_is_a_no_op_without_a_store(monkeypatch: pytest.MonkeyPatch) -> None:
     _install(monkeypatch, FakeLib())  # NVSHMEM initialised by another owner: no torch.distributed store
     runtime.host_barrier(timeout_s=0.01)
+
+
+def test_preload_load_names_what_it_needs() -> None:
+    from triton_raw_ext.preload import load
+
+    with pytest.raises(TypeError, match="expected a triton CompiledKernel"):
+        load(object())

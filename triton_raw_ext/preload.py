@@ -1,11 +1,13 @@
 """Load kernels onto the GPU before any cross-rank work is in flight.
 
-Why: on a multi-GPU job (one PE per GPU), loading a CUDA module (``cuModuleLoadData``, which Triton
-calls at a kernel's first launch, and CUDA's lazy loading of library kernels) waited while a peer
-GPU ran a kernel that in turn waited for this rank's next launch: the job hung (H200 x2,
-bench/results/multi_gpu-2026-11-29/: one rank in ``cuModuleLoadData``, its peer in
-``cudaDeviceSynchronize``). The cure is to load every kernel a communicating op will launch while
-no GPU waits on another, i.e. at construction, followed by :func:`triton_raw_ext.runtime.host_barrier`.
+Why: a kernel's first launch loads its module (``cuModuleLoadData``; with CUDA's default lazy
+loading, library kernels too), and NVIDIA documents that a load may wait for the GPU's queued work to
+drain, which deadlocks when that work is a kernel waiting for another rank's next launch. Loading
+every kernel of a communicating op at construction, then lining the ranks up with
+:func:`triton_raw_ext.runtime.host_barrier`, keeps loads (and JIT compiles) out of the
+communication. On 2 H200s a hung rank was once found inside ``cuModuleLoadData``; with preloading
+the same checks still hung with every rank waiting on its GPU (bench/results/multi_gpu-2026-11-29/),
+so that hang has another cause: preloading removes a hazard, it is not that bug's fix.
 
 Contracts:
 
