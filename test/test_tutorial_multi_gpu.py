@@ -1,6 +1,6 @@
 """Issue 7 (multi-GPU runs) on CPU: the benchmarks' goal verdicts, and scripts/gpu/multi_gpu_suite.sh.
 
-The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (and an empty setup.sh): the fakes
+The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (setup.sh only sources stacks.sh): the fakes
 write the JSON the tutorials would write, built with the tutorials' own goal functions, so the test
 covers the suite's world selection, step bookkeeping, exit status and the summary that reads the
 goals back. What the GPU runs measure is not tested here.
@@ -21,6 +21,8 @@ from conftest import load_tutorial_aot
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "scripts" / "gpu" / "multi_gpu_suite.sh"
+STACKS = ROOT / "scripts" / "gpu" / "stacks.sh"
+SETUP_STUB = 'set -euo pipefail\nsource "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"\n'
 T1_SHAPES = [(t, h) for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]  # what the suite passes
 T2_SHAPES = [(1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192), (4096, 8192, 28672)]
 
@@ -161,7 +163,8 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
     repo = tmp_path / "repo"
     (repo / "scripts" / "gpu").mkdir(parents=True)
     shutil.copy(SUITE, repo / "scripts" / "gpu")
-    (repo / "scripts" / "gpu" / "setup.sh").write_text("set -euo pipefail\n")
+    shutil.copy(STACKS, repo / "scripts" / "gpu")
+    (repo / "scripts" / "gpu" / "setup.sh").write_text(SETUP_STUB)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _executable(bin_dir / "python3", FAKE_PYTHON.format(real=sys.executable))
@@ -199,7 +202,8 @@ def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):
     repo = tmp_path / "repo"
     (repo / "scripts" / "gpu").mkdir(parents=True)
     shutil.copy(SUITE, repo / "scripts" / "gpu")
-    (repo / "scripts" / "gpu" / "setup.sh").write_text("set -euo pipefail\n")
+    shutil.copy(STACKS, repo / "scripts" / "gpu")
+    (repo / "scripts" / "gpu" / "setup.sh").write_text(SETUP_STUB)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=1))
