@@ -1,5 +1,7 @@
 # Sourced by setup.sh: run a command under a time limit and, when it hangs, show where.
 # Needs PYTHONFAULTHANDLER=1 in the environment for the Python stacks (setup.sh exports it).
+# Native stacks need .debs/py-spy: `pip download py-spy --no-deps`, unzip the wheel, copy its
+# py_spy-*.data/scripts/py-spy to .debs/ (gitignored; carried to the GPU machine with .debs).
 
 _leaf_descendants() {  # the processes under $1 that have no children (a torchrun job's workers)
   local kids kid
