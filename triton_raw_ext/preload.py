@@ -1,13 +1,16 @@
 """Load kernels onto the GPU before any cross-rank work is in flight.
 
-Why: a kernel's first launch loads its module (``cuModuleLoadData``; with CUDA's default lazy
-loading, library kernels too), and NVIDIA documents that a load may wait for the GPU's queued work to
-drain, which deadlocks when that work is a kernel waiting for another rank's next launch. Loading
-every kernel of a communicating op at construction, then lining the ranks up with
+Why: a kernel's first launch loads its module, and for a module that holds NVSHMEM state the backend
+hook then runs ``nvshmemx_cumodule_init``, which copies NVSHMEM's device state into the module with
+synchronous CUDA copies (``cudaMemcpy`` on the legacy default stream; some NVSHMEM versions add a
+``cudaDeviceSynchronize``). Those wait for the work already queued on the device: when that work is
+a kernel waiting for another rank's next launch, the host never gets to make that launch. CUDA's lazy
+loading (``cuModuleLoadData``, library kernels) carries the same documented hazard. Loading every
+kernel of a communicating op at construction, then lining the ranks up with
 :func:`triton_raw_ext.runtime.host_barrier`, keeps loads (and JIT compiles) out of the
-communication. On 2 H200s a hung rank was once found inside ``cuModuleLoadData``; with preloading
-the same checks still hung with every rank waiting on its GPU (bench/results/multi_gpu-2026-11-29/),
-so that hang has another cause: preloading removes a hazard, it is not that bug's fix.
+communication. On 2 H200s a rank was found inside a kernel load while its peer's GPU waited for it;
+with preloading the same checks still hung, with every rank waiting on its GPU
+(bench/results/multi_gpu-2026-11-29/): that hang has a second cause, which preloading does not fix.
 
 Contracts:
 
