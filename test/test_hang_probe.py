@@ -127,7 +127,7 @@ def test_probe_records_pass_fail_and_hang_and_follows_up_a_hung_ping_pong(tmp_pa
     assert steps["t1_novmm"]["env"] == "NVSHMEM_DISABLE_CUDA_VMM=1"
     assert steps["t3_blocking"]["env"] == "CUDA_LAUNCH_BLOCKING=1" and steps["t3"]["env"] == ""
     assert "megamoe.py --cases small --routing random" in steps["t3"]["command"]
-    assert "--dtypes bf16 --hidden 2048 --tokens 1 16 128" in steps["t1"]["command"]
+    assert "--dtypes bf16 --hidden 2048 --tokens 1 16 128 1024 4096" in steps["t1"]["command"]
     assert "--grid sms --barrier" in steps["pp_gsms_barrier"]["command"]
     assert [h["rank"] for h in steps["pp_gsms_barrier"]["hang"]] == [0, 1]
     assert [r["ok"] for r in steps["pp_g1"]["ranks"]] == [True, True]

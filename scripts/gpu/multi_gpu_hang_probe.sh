@@ -13,7 +13,7 @@
 #   pp_gsms          the same with one program per SM (132 on the H200)
 #   pp_gsms_barrier  the same with runtime.barrier_all() (nvshmemx_barrier_all_on_stream) between launches
 #   t1, t1_novmm, t1_blocking
-#                    allreduce.py --dtypes bf16 --hidden 2048 --tokens 1 16 128: plain, with
+#                    allreduce.py --dtypes bf16 --hidden 2048 --tokens 1 16 128 1024 4096: plain, with
 #                    NVSHMEM_DISABLE_CUDA_VMM=1, with CUDA_LAUNCH_BLOCKING=1
 #   t3, t3_novmm, t3_blocking
 #                    megamoe.py --cases small --routing random, the same three ways
@@ -177,7 +177,7 @@ step warm_t3 90 - python3 $PP --warm-t3 --t3-world 2 --t3-cases small
 step pp_g1 50 - "${TR[@]}" $PP "${PP_ARGS[@]}" --grid 1
 step pp_gsms 50 - "${TR[@]}" $PP "${PP_ARGS[@]}" --grid sms
 step pp_gsms_barrier 50 - "${TR[@]}" $PP "${PP_ARGS[@]}" --grid sms --barrier
-T1_ARGS=(--dtypes bf16 --hidden 2048 --tokens 1 16 128)
+T1_ARGS=(--dtypes bf16 --hidden 2048 --tokens 1 16 128 1024 4096)  # one-shot and two-shot
 step t1 45 - "${TR[@]}" $T1/allreduce.py "${T1_ARGS[@]}" --json "$RES/t1.json"
 step t1_novmm 45 NVSHMEM_DISABLE_CUDA_VMM=1 "${TR[@]}" $T1/allreduce.py "${T1_ARGS[@]}" --json "$RES/t1_novmm.json"
 step t1_blocking 45 CUDA_LAUNCH_BLOCKING=1 "${TR[@]}" $T1/allreduce.py "${T1_ARGS[@]}" --json "$RES/t1_blocking.json"
