@@ -43,7 +43,7 @@ part() {
 part runtime 120 env RUNTIME_SUITE_CYCLES="${RUNTIME_SUITE_CYCLES:-5}" RUNTIME_SUITE_CORE_TIMEOUT_S=45 \
   python3 scripts/gpu/runtime_suite.py
 part tutorial2 170 env T2_BUDGET_S=160 bash scripts/gpu/tutorial2_suite.sh
-part tutorial3 200 bash scripts/gpu/tutorial3_suite.sh
+part tutorial3 280 bash scripts/gpu/tutorial3_suite.sh
 part tune_bf16 90 python3 tutorials/03-megamoe/tune_gemms.py
 part tune_fp8 80 python3 tutorials/03-megamoe/tune_gemms.py --precision fp8
 

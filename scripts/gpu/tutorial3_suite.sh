@@ -3,7 +3,8 @@
 # the production per-rank load E=16 and all 128 experts local; random and skewed routing, two calls
 # per layer), the benchmark at world 1 (layer eager + CUDA graph, grouped GEMMs alone, torch
 # reference, roofline), the same at world 1 with FP8 expert GEMMs (small + E=16 cases, benchmark),
-# then world 2 and 4 in shared-GPU mode with MPS at small shapes (world 2 also in FP8). Every step has a timeout; a
+# then world 2 and 4 in shared-GPU mode with MPS at small shapes and the production shape (E=128, 512
+# tokens per rank; world 2 also in FP8, small shapes). Every step has a timeout; a
 # PASS/FAIL table comes last; JSON and logs land in $OUT (else bench/results/).
 export RESULTS=${OUT:-$PWD/bench/results}
 source scripts/gpu/setup.sh
@@ -27,10 +28,10 @@ step w1_fp8 75 python3 $T3/megamoe.py --precision fp8 --cases small equiv --json
 step benchmark_w1_fp8 50 python3 $T3/benchmark.py --precision fp8 --out "$RESULTS"
 start_mps
 trap stop_mps EXIT
-step w2_shared_gpu_mps 75 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=2 \
-  --master_port=29517 $T3/megamoe.py --cases small --json "$RESULTS/t3_w2_small.json"
-step w4_shared_gpu_mps 90 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=4 \
-  --master_port=29518 $T3/megamoe.py --cases small --json "$RESULTS/t3_w4_small.json"
+step w2_shared_gpu_mps 110 env TRITON_RAW_SHARED_GPU=1 NVSHMEM_SYMMETRIC_SIZE=2G python3 -m torch.distributed.run \
+  --nproc_per_node=2 --master_port=29517 $T3/megamoe.py --cases small prod --json "$RESULTS/t3_w2_small_prod.json"
+step w4_shared_gpu_mps 140 env TRITON_RAW_SHARED_GPU=1 NVSHMEM_SYMMETRIC_SIZE=2G python3 -m torch.distributed.run \
+  --nproc_per_node=4 --master_port=29518 $T3/megamoe.py --cases small prod --json "$RESULTS/t3_w4_small_prod.json"
 step w2_fp8_shared_gpu_mps 75 env TRITON_RAW_SHARED_GPU=1 python3 -m torch.distributed.run --nproc_per_node=2 \
   --master_port=29519 $T3/megamoe.py --precision fp8 --cases small --json "$RESULTS/t3_w2_fp8_small.json"
 stop_mps
