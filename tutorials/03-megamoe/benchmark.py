@@ -57,6 +57,9 @@ PHASES = {
     "grouped_gemms": ("moe_l1_swiglu", "moe_l2"),
     "combine_reduce": ("moe_combine", "moe_reduce"),
 }
+# World 1: the two kernels of route_to_place that can rerun alone without changing what the next call
+# reads (route rewrites the same routing, plan re-zeroes the counters the call's dispatch fills).
+SINGLE_KERNELS = {"route_alone": ("moe_route",), "plan_alone": ("moe_plan",)}
 # Rows that do the expert GEMMs of a whole call, so that an achieved TFLOP/s means something.
 FLOP_ROWS = ("megamoe_eager", "megamoe_graph", "grouped_gemms", "torch_reference_bf16", "torch_ep_alltoall")
 WARMUP_CALLS = 3  # world > 1: untimed calls of each row first (compiles, NCCL communicators)
@@ -146,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     timed: dict[str, Callable[[], object]] = {"megamoe_eager": lambda: layer(x, logits, out=y)}
     for phase, kernels in PHASES.items():  # each phase alone on the last call's data; the order keeps it valid
         timed[phase] = lambda kernels=kernels: layer.run(bindings, t, only=kernels)
+    if world == 1:  # after the phases; the graph replays below restore a whole call's state
+        for name, kernels in SINGLE_KERNELS.items():
+            timed[name] = lambda kernels=kernels: layer.run(bindings, t, only=kernels)
     graph = None
     if world == 1:
         graph = torch.cuda.CUDAGraph()
