@@ -69,3 +69,37 @@ def load_tutorial_aot(folder: str, module: str = "aot"):
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+GPU_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--list-gpus*) i=0; while [ $i -lt {gpus} ]; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; i=$((i+1)); done ;;
+  *) i=0; while [ $i -lt {gpus} ]; do echo "NVIDIA H200, 580.159.04"; i=$((i+1)); done ;;
+esac
+"""
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | 0o100)
+
+
+def fake_gpu_host(tmp_path: Path, script: str, gpus: int, fake_python: str | None = None) -> tuple[Path, Path]:
+    """Run ``scripts/gpu/<script>`` on CPU: a copy of it beside the real stacks.sh and a setup.sh that
+    only sources stacks.sh (no install, no clang), and a bin folder holding a fake ``nvidia-smi`` that
+    lists ``gpus`` H200s and, if given, ``fake_python`` (formatted with ``real``, this interpreter) as
+    ``python3``. Returns (the script's copy, the bin folder to put first on PATH)."""
+    import sys
+
+    gpu_dir = tmp_path / "repo" / "scripts" / "gpu"
+    gpu_dir.mkdir(parents=True)
+    shutil.copy(GPU_SCRIPTS / script, gpu_dir)
+    shutil.copy(GPU_SCRIPTS / "stacks.sh", gpu_dir)
+    (gpu_dir / "setup.sh").write_text('set -euo pipefail\nsource "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=gpus))
+    if fake_python is not None:
+        _executable(bin_dir / "python3", fake_python.format(real=sys.executable))
+    return gpu_dir / script, bin_dir

@@ -13,27 +13,17 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import aot, requires_nvshmem
+from conftest import aot, fake_gpu_host, requires_nvshmem
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "scripts" / "gpu" / "multi_gpu_hang_probe.sh"
-STACKS = ROOT / "scripts" / "gpu" / "stacks.sh"
-SETUP_STUB = 'set -euo pipefail\nsource "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"\n'
 STEPS = ["warm_pp", "warm_t1", "warm_t3", "pp_g1", "pp_gsms", "pp_gsms_barrier", "t1", "t1_novmm", "t1_blocking",
          "t3", "t3_novmm", "t3_blocking"]  # fmt: skip
-
-FAKE_SMI = """#!/bin/sh
-case "$*" in
-  *--list-gpus*) i=0; while [ $i -lt {gpus} ]; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; i=$((i+1)); done ;;
-  *) i=0; while [ $i -lt {gpus} ]; do echo "NVIDIA H200, 580.159.04"; i=$((i+1)); done ;;
-esac
-"""
 
 FAKE_PYTHON = """#!{real}
 # Fake python3: the probe's steps, acted out. The summary (python3 -) runs on the real interpreter.
@@ -69,38 +59,25 @@ sys.exit(0)
 """
 
 
-def _executable(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-
-
-def _repo(tmp_path: Path, gpus: int) -> tuple[Path, dict]:
+def _probe(tmp_path: Path, gpus: int) -> tuple[Path, dict]:
     """A copy of the probe with a setup.sh that only sources stacks.sh (no install, no clang),
     and PATH with the fakes first."""
-    repo = tmp_path / "repo"
-    (repo / "scripts" / "gpu").mkdir(parents=True)
-    shutil.copy(PROBE, repo / "scripts" / "gpu")
-    shutil.copy(STACKS, repo / "scripts" / "gpu")
-    (repo / "scripts" / "gpu" / "setup.sh").write_text(SETUP_STUB)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=gpus))
-    _executable(bin_dir / "python3", FAKE_PYTHON.format(real=sys.executable))
+    probe, bin_dir = fake_gpu_host(tmp_path, PROBE.name, gpus, fake_python=FAKE_PYTHON)
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_LAUNCH_BLOCKING", "NVSHMEM_DISABLE_CUDA_VMM")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", OUT=str(tmp_path / "out"),
                TRITON_RAW_SHARED_GPU="1")  # fmt: skip
-    return repo, env
+    return probe, env
 
 
-def _run(repo: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(repo / "scripts" / "gpu" / "multi_gpu_hang_probe.sh")], env=env,
+def _run(probe: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(probe)], env=env,
                           capture_output=True, text=True, timeout=240)  # fmt: skip
 
 
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_probe_skips_below_two_gpus_and_still_writes_the_summary(tmp_path, gpus):
-    repo, env = _repo(tmp_path, gpus)
-    done = _run(repo, env)
+    probe, env = _probe(tmp_path, gpus)
+    done = _run(probe, env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"the probe needs 2 GPUs (one PE per GPU), nvidia-smi lists {gpus}" in done.stderr
     summary = json.loads((tmp_path / "out" / "hang_probe.json").read_text())
@@ -111,9 +88,9 @@ def test_probe_skips_below_two_gpus_and_still_writes_the_summary(tmp_path, gpus)
 
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
 def test_probe_records_pass_fail_and_hang_and_follows_up_a_hung_ping_pong(tmp_path):
-    repo, env = _repo(tmp_path, 2)
+    probe, env = _probe(tmp_path, 2)
     env["MAX_STEP_S"] = "6"  # the hung T1 step is stopped after ~1 s
-    done = _run(repo, env)
+    done = _run(probe, env)
     log = done.stdout + done.stderr
     assert done.returncode == 1, log
     summary = json.loads((tmp_path / "out" / "hang_probe.json").read_text())
@@ -141,9 +118,9 @@ def test_probe_records_pass_fail_and_hang_and_follows_up_a_hung_ping_pong(tmp_pa
 
 
 def test_probe_skips_steps_when_the_budget_is_spent(tmp_path):
-    repo, env = _repo(tmp_path, 2)
+    probe, env = _probe(tmp_path, 2)
     env["PROBE_BUDGET_S"] = "20"
-    done = _run(repo, env)
+    done = _run(probe, env)
     assert done.returncode == 1, done.stdout + done.stderr
     summary = json.loads((tmp_path / "out" / "hang_probe.json").read_text())
     assert [(s["step"], s["result"]) for s in summary["steps"]] == [(n, "SKIP(budget)") for n in STEPS]

@@ -11,18 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_tutorial_aot
+from conftest import fake_gpu_host, load_tutorial_aot
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "scripts" / "gpu" / "multi_gpu_suite.sh"
-STACKS = ROOT / "scripts" / "gpu" / "stacks.sh"
-SETUP_STUB = 'set -euo pipefail\nsource "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"\n'
 T1_SHAPES = [(t, h) for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]  # what the suite passes
 T2_SHAPES = [(1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192), (4096, 8192, 28672)]
 
@@ -120,14 +116,6 @@ print(key, "world", world, "rc", plan["rc"])
 sys.exit(plan["rc"])
 """
 
-FAKE_SMI = """#!/bin/sh
-case "$*" in
-  *--list-gpus*) i=0; while [ $i -lt {gpus} ]; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; i=$((i+1)); done ;;
-  *) i=0; while [ $i -lt {gpus} ]; do echo "NVIDIA H200, 580.159.04"; i=$((i+1)); done ;;
-esac
-"""
-
-
 def _plan() -> dict:
     """What each fake tutorial step writes and returns: T2's benchmark misses one goal (rc 2), T3's
     correctness check fails (rc 1), everything else passes."""
@@ -153,28 +141,15 @@ def _plan() -> dict:
     }
 
 
-def _executable(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-
-
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
 def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "scripts" / "gpu").mkdir(parents=True)
-    shutil.copy(SUITE, repo / "scripts" / "gpu")
-    shutil.copy(STACKS, repo / "scripts" / "gpu")
-    (repo / "scripts" / "gpu" / "setup.sh").write_text(SETUP_STUB)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _executable(bin_dir / "python3", FAKE_PYTHON.format(real=sys.executable))
-    _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=2))
+    suite, bin_dir = fake_gpu_host(tmp_path, SUITE.name, gpus=2, fake_python=FAKE_PYTHON)
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(_plan()))
     out = tmp_path / "out"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_PLAN": str(plan),
            "OUT": str(out), "WORLDS": "2 4", "TUTORIALS": "1 2 3"}  # fmt: skip
-    done = subprocess.run(["bash", str(repo / "scripts" / "gpu" / "multi_gpu_suite.sh")], env=env,
+    done = subprocess.run(["bash", str(suite)], env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     log = done.stdout + done.stderr
     assert done.returncode == 1, log  # T3's correctness step failed
@@ -199,15 +174,8 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
 
 
 def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "scripts" / "gpu").mkdir(parents=True)
-    shutil.copy(SUITE, repo / "scripts" / "gpu")
-    shutil.copy(STACKS, repo / "scripts" / "gpu")
-    (repo / "scripts" / "gpu" / "setup.sh").write_text(SETUP_STUB)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=1))
+    suite, bin_dir = fake_gpu_host(tmp_path, SUITE.name, gpus=1)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
-    done = subprocess.run(["bash", str(repo / "scripts" / "gpu" / "multi_gpu_suite.sh")], env=env,
+    done = subprocess.run(["bash", str(suite)], env=env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 1 and "run on a host with >= 2 GPUs or set WORLDS" in done.stderr
