@@ -147,11 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     bindings = layer._bindings(x, logits, y)
 
     timed: dict[str, Callable[[], object]] = {"megamoe_eager": lambda: layer(x, logits, out=y)}
-    for phase, kernels in PHASES.items():  # each phase alone on the last call's data; the order keeps it valid
+    # each phase alone on the last call's data, the order keeps it valid; at world 1 then route and plan
+    # alone (the graph replays below restore a whole call's state)
+    for phase, kernels in {**PHASES, **(SINGLE_KERNELS if world == 1 else {})}.items():
         timed[phase] = lambda kernels=kernels: layer.run(bindings, t, only=kernels)
-    if world == 1:  # after the phases; the graph replays below restore a whole call's state
-        for name, kernels in SINGLE_KERNELS.items():
-            timed[name] = lambda kernels=kernels: layer.run(bindings, t, only=kernels)
     graph = None
     if world == 1:
         graph = torch.cuda.CUDAGraph()

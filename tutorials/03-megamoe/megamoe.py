@@ -44,7 +44,7 @@ from moe_config import FP8_BLOCK, PRECISIONS, MoEConfig, Tiles, choose_tiles, ch
 from moe_launch import KernelLaunch, install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights, quantize_rows  # noqa: E402
 
-_TORCH_DTYPES = {
+TORCH_DTYPES = {  # the buffer dtype names of moe_config.MoEConfig
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
     "int32": torch.int32,
@@ -106,12 +106,12 @@ class MegaMoE:
         self.weights = expert_weights(w1, w2, precision)
         self._rt = rt
         self._preload()
-        self.sym = {n: rt.zeros(s, _TORCH_DTYPES[d]) for n, s, d in self.cfg.symmetric_buffers()}
+        self.sym = {n: rt.zeros(s, TORCH_DTYPES[d]) for n, s, d in self.cfg.symmetric_buffers()}
         for pe in range(world):
             rt.peer(self.sym["comb"], pe)  # raises naming the PE when it is not load/store reachable
         dev = w1.device
         self.local = {
-            n: torch.zeros(s, dtype=_TORCH_DTYPES[d], device=dev) for n, s, d in self.cfg.local_buffers()
+            n: torch.zeros(s, dtype=TORCH_DTYPES[d], device=dev) for n, s, d in self.cfg.local_buffers()
         }
         self.closed = False
 

@@ -37,16 +37,10 @@ import moe_launch  # noqa: E402
 # Small route and combine chunks, so that the small H simulated here still splits rows over programs.
 moe_launch.ROUTE_CHUNK = moe_launch.COMBINE_CHUNK = 64
 import moe_kernels_fp8  # noqa: E402
+from megamoe import TORCH_DTYPES  # noqa: E402
 from moe_config import MoEConfig, Tiles  # noqa: E402
 from moe_launch import install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights  # noqa: E402
-
-_DTYPES = {
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "int32": torch.int32,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-}
 
 
 def _value(x) -> int:
@@ -159,7 +153,7 @@ def simulate_kernels(
     def alloc(specs):
         out = {}
         for name, shape, dtype in specs:
-            t = torch.empty(shape, dtype=_DTYPES[dtype])
+            t = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
             t.fill_(fill if t.is_floating_point() else -7)
             out[name] = t
         return out
