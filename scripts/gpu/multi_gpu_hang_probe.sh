@@ -42,10 +42,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 START=$SECONDS
 BUDGET=${PROBE_BUDGET_S:-510}
-STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-RES=${OUT:-bench/results/hang_probe_$STAMP}
-mkdir -p "$RES"
-RES=$(cd "$RES" && pwd)
+source scripts/gpu/results.sh
+RES=$(results_dir hang_probe)
 STEPS=$RES/steps.tsv
 : >"$STEPS"
 COMMAND="bash scripts/gpu/multi_gpu_hang_probe.sh"

@@ -26,10 +26,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 START=$SECONDS
 BUDGET=${SUITE_BUDGET_S:-530}
-STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-RES=${OUT:-bench/results/multi_gpu_$STAMP}
-mkdir -p "$RES"
-RES=$(cd "$RES" && pwd)
+source scripts/gpu/results.sh
+RES=$(results_dir multi_gpu)
 export RESULTS=$RES
 source scripts/gpu/setup.sh  # NVLink multicast off, plugin on PYTHONPATH, clang from .debs/
 set +e

@@ -15,10 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET=${SUITE_BUDGET_S:-540}
-STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-RES=${OUT:-bench/results/one_gpu_$STAMP}
-mkdir -p "$RES"
-RES=$(cd "$RES" && pwd)
+source scripts/gpu/results.sh
+RES=$(results_dir one_gpu)
 export RESULTS=$RES
 source scripts/gpu/setup.sh
 set +e

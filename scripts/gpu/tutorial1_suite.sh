@@ -13,9 +13,9 @@ cd "$(dirname "$0")/../.."
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export NVSHMEM_SYMMETRIC_SIZE="${NVSHMEM_SYMMETRIC_SIZE:-4G}"
 T1=tutorials/01-allreduce-rmsnorm
-RES="${OUT:-bench/results/t1_$(date -u +%Y%m%dT%H%M%SZ)}"
+source scripts/gpu/results.sh
+RES=$(results_dir t1)
 WORK=$(mktemp -d /tmp/t1_suite.XXXXXX)  # per-step logs and JSON, merged into $RES at the end
-mkdir -p "$RES"
 BUDGET="${SUITE_BUDGET_S:-345}"
 START=$(date +%s)
 NAMES=(); RESULTS=(); SECS=()
