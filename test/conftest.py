@@ -86,16 +86,17 @@ def _executable(path: Path, text: str) -> None:
 
 
 def fake_gpu_host(tmp_path: Path, script: str, gpus: int, fake_python: str | None = None) -> tuple[Path, Path]:
-    """Run ``scripts/gpu/<script>`` on CPU: a copy of it beside the real stacks.sh and results.sh, a setup.sh that
-    only sources stacks.sh (no install, no clang), and a bin folder holding a fake ``nvidia-smi`` that
-    lists ``gpus`` H200s and, if given, ``fake_python`` (formatted with ``real``, this interpreter) as
-    ``python3``. Returns (the script's copy, the bin folder to put first on PATH)."""
+    """Run ``scripts/gpu/<script>`` on CPU: a copy of it beside the real stacks.sh, results.sh and
+    machine.py, a setup.sh that only sources stacks.sh (no install, no clang), and a bin folder holding a
+    fake ``nvidia-smi`` that lists ``gpus`` H200s and, if given, ``fake_python`` (formatted with
+    ``real``, this interpreter) as ``python3``. Returns (the script's copy, the bin folder to put first
+    on PATH)."""
     import sys
 
     gpu_dir = tmp_path / "repo" / "scripts" / "gpu"
     gpu_dir.mkdir(parents=True)
     shutil.copy(GPU_SCRIPTS / script, gpu_dir)
-    for helper in ("stacks.sh", "results.sh"):
+    for helper in ("stacks.sh", "results.sh", "machine.py"):
         shutil.copy(GPU_SCRIPTS / helper, gpu_dir)
     (gpu_dir / "setup.sh").write_text('set -euo pipefail\nsource "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"\n')
     bin_dir = tmp_path / "bin"

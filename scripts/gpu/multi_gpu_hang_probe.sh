@@ -56,7 +56,7 @@ ALL_STEPS="warm_pp warm_t1 warm_t3 pp_g1 pp_gsms pp_gsms_barrier t1 t1_novmm t1_
 
 summarise() {  # write hang_probe.json from steps.tsv and the logs, print the table
   python3 - "$RES" "$STEPS" "$((SECONDS - START))" "$BUDGET" "$COMMAND" "${1:-}" <<'PY'
-import datetime, json, os, pathlib, subprocess, sys
+import datetime, json, os, pathlib, sys
 
 res, steps_path, total, budget, command, skipped = sys.argv[1:7]
 res = pathlib.Path(res)
@@ -74,19 +74,9 @@ for line in open(steps_path):
                     except ValueError:
                         pass
     steps.append(step)
-try:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
-except (OSError, subprocess.SubprocessError):
-    smi = []
-versions = {}
-try:
-    import torch, triton
-    versions.update(torch=torch.__version__, triton=triton.__version__, cuda=str(torch.version.cuda))
-    from triton_raw_ext.nvshmem_install import find_nvshmem
-    versions["nvshmem"] = ".".join(map(str, find_nvshmem().version))
-except Exception as exc:  # the summary must still be written
-    versions["error"] = repr(exc)
+sys.path.insert(0, "scripts/gpu")
+import machine
+smi, versions = machine.gpus(), machine.versions()
 env_keys = ("NVSHMEM_DISABLE_NVLS", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
             "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "NVSHMEM_SYMMETRIC_SIZE", "TRITON_RAW_SHARED_GPU",
             "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING", "NVSHMEM_DISABLE_CUDA_VMM", "PP_ITERS", "MAX_STEP_S")

@@ -115,7 +115,7 @@ for W in "${RUN_WORLDS[@]}"; do
 done
 
 python3 - "$RES" "$STEPS" "$((SECONDS - START))" "$BUDGET" "${RUN_WORLDS[*]}" "bash scripts/gpu/multi_gpu_suite.sh" <<'PY'
-import datetime, json, os, pathlib, subprocess, sys
+import datetime, json, os, pathlib, sys
 
 res, steps_path, total, budget = pathlib.Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 worlds, command = [int(w) for w in sys.argv[5].split()], sys.argv[6]
@@ -123,16 +123,9 @@ steps = []
 for line in open(steps_path):
     name, world, result, seconds, log = line.rstrip("\n").split("\t")
     steps.append({"step": name, "world": int(world), "result": result, "seconds": int(seconds), "log": log})
-smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip().splitlines()
-versions = {}
-try:
-    import torch, triton
-    versions.update(torch=torch.__version__, triton=triton.__version__, cuda=str(torch.version.cuda))
-    from triton_raw_ext.nvshmem_install import find_nvshmem
-    versions["nvshmem"] = ".".join(map(str, find_nvshmem().version))
-except Exception as exc:  # the summary must still be written
-    versions["error"] = repr(exc)
+sys.path.insert(0, "scripts/gpu")
+import machine
+smi, versions = machine.gpus(), machine.versions()
 
 
 def load(path):
