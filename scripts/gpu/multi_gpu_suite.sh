@@ -18,8 +18,9 @@
 #   SUITE_BUDGET_S  wall-clock budget of the whole suite including setup, default 530 s: every step runs
 #                   under `timeout` with min(its cap, time left - 10 s); a step with < 30 s left is SKIPPED
 #   OUT             results folder (default bench/results/multi_gpu_<UTC stamp>)
-# Results: one log per step (<step>.log; a step stopped at its limit ends with every worker's Python stacks), the tutorials' JSON, and multi_gpu_suite.json (date, GPU,
-# versions, command, every step's result, the goals read back from the benchmark JSON); a PASS/FAIL
+# Results: one log per step (<step>.log; a step stopped at its limit ends with every worker's Python
+# stacks), the tutorials' JSON, and multi_gpu_suite.json (date, GPU, versions, command, every step's
+# result, the goals read back from the benchmark JSON); a PASS/FAIL
 # table and the goal verdicts are printed last. Exit status 0 when every step that ran passed (a missed
 # performance goal is reported, not failed) and no step was skipped.
 set -uo pipefail
