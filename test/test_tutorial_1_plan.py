@@ -168,3 +168,12 @@ def test_tolerance_accepts_rounding_and_rejects_two_ulps_and_nan(dtype):
     assert not compare(poisoned, norm, dtype).ok
     with pytest.raises(ValueError):
         tolerance(torch.float32)
+
+
+def test_a_kernel_variant_not_loaded_at_construction_is_refused_at_world_above_one():
+    from allreduce import AllReduceRMSNorm
+
+    op = AllReduceRMSNorm.__new__(AllReduceRMSNorm)  # as built at world 2: the aligned kernels preloaded
+    op.world, op._kernels = 2, {(int(Algorithm.ONESHOT), 8, True): object()}
+    with pytest.raises(ValueError, match="at world > 1 every tensor .* must start at a 16-byte aligned address"):
+        op._kernel(Algorithm.ONESHOT, 8192, 8, aligned=False)

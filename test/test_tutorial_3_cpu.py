@@ -363,3 +363,14 @@ def test_tune_sweeps_build_valid_launches():
             for cand in candidates:
                 names = [lc.name for lc in launches(cfg, tune_gemms._tiles(kernel, cand, base), 512)]
                 assert kernel in names, (precision, kernel, cand)
+
+
+def test_an_output_at_a_misaligned_address_is_refused_with_the_rule():
+    from megamoe import MegaMoE
+
+    layer = MegaMoE.__new__(MegaMoE)  # the argument checks of a call need no GPU and no workspace
+    layer.closed, layer.cfg = False, MoEConfig(128, 128, 2, 1, 64, 1, "bf16")
+    x, logits = torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(64, 2)
+    out = torch.empty(64 * 128 + 1, dtype=torch.bfloat16)[1:].view(64, 128)  # 2 bytes past an aligned start
+    with pytest.raises(ValueError, match="contiguous bf16 tensor of shape \\(64, 128\\) at a 16-byte aligned address"):
+        layer(x, logits, out=out)

@@ -179,3 +179,16 @@ def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):
     done = subprocess.run(["bash", str(suite)], env=env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 1 and "run on a host with >= 2 GPUs or set WORLDS" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("exit_codes", "only_goal"), [(["2", "-15"], True), (["2", "2"], True), (["1", "-15"], False), (["2", "1"], False)]
+)
+def test_a_torchrun_benchmark_counts_as_goal_missed_only_when_its_workers_only_missed_a_goal(
+    tmp_path, exit_codes, only_goal
+):
+    log = tmp_path / "bench.log"  # torchrun's failure report: one "exitcode : N (pid: P)" line per worker
+    log.write_text("".join(f"  exitcode  : {c} (pid: {100 + i})\n" for i, c in enumerate(exit_codes)))
+    function = subprocess.run(["sed", "-n", "/^only_goal_missed()/,/^}/p", str(SUITE)], capture_output=True, text=True)
+    done = subprocess.run(["bash", "-c", f'{function.stdout}\nonly_goal_missed "{log}"'], capture_output=True)
+    assert function.stdout.startswith("only_goal_missed()") and (done.returncode == 0) == only_goal
