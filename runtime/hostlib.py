@@ -19,7 +19,7 @@ from .build import load_host
 
 HELPER_SOURCE = Path(__file__).resolve().parent / "csrc" / "triton_raw_nvshmem_host.cu"
 HELPER_NAME = "triton_raw_nvshmem_host"
-ABI_VERSION = 1
+ABI_VERSION = 2
 UNIQUE_ID_BYTES = 128
 
 _c_int_p = ctypes.POINTER(ctypes.c_int)
@@ -36,7 +36,7 @@ _SIGNATURES: dict[str, tuple[type | None, list[type]]] = {
     "trx_finalize": (None, [ctypes.c_int]),
     "trx_my_pe": (ctypes.c_int, []),
     "trx_n_pes": (ctypes.c_int, []),
-    "trx_malloc": (ctypes.c_void_p, [ctypes.c_size_t]),
+    "trx_malloc": (ctypes.c_int, [ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
     "trx_free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "trx_ptr": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]),
     "trx_barrier_all_on_stream": (None, [ctypes.c_void_p]),

@@ -15,6 +15,7 @@ Contracts:
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -130,7 +131,14 @@ def empty(
         numel *= d
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
     with lifecycle.LOCK:
-        ptr = session.lib.trx_malloc(max(nbytes, 1))
+        out = ctypes.c_void_p()
+        err = session.lib.trx_malloc(max(nbytes, 1), session.device, ctypes.byref(out))
+        if err:
+            raise RawRuntimeError(
+                f"empty(): waiting for GPU {session.device} before nvshmem_malloc reported cudaError {err} "
+                "(a kernel failed earlier; run with CUDA_LAUNCH_BLOCKING=1 to find it); nothing was allocated"
+            )
+        ptr = out.value
         if not ptr:
             raise RawRuntimeError(
                 f"nvshmem_malloc({nbytes}) returned NULL on PE {session.pe}: the symmetric heap is "

@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -20,10 +21,13 @@ from triton_raw_ext.errors import RawRuntimeError
 class FakeLib:
     """The helper's entry points that lifecycle/memory call, recording what happened."""
 
-    def __init__(self, hang_in: str = "", free_error: int = 0, module_status: int = 0, ptr: int | None = 1) -> None:
+    def __init__(
+        self, hang_in: str = "", free_error: int = 0, module_status: int = 0, ptr: int | None = 1, wait_error: int = 0
+    ) -> None:
         self.calls: list[tuple] = []
         self.hang_in = hang_in
         self.free_error = free_error
+        self.wait_error = wait_error
         self.module_status = module_status
         self.ptr = ptr
 
@@ -50,8 +54,10 @@ class FakeLib:
         self.calls.append(("cumodule", module))
         return self.module_status
 
-    def trx_malloc(self, nbytes: int) -> int | None:
-        return None
+    def trx_malloc(self, nbytes: int, device: int, out: Any) -> int:
+        self.calls.append(("malloc", nbytes, device))
+        out._obj.value = None if self.wait_error else self.ptr
+        return self.wait_error
 
     def trx_ptr(self, ptr: int, pe: int) -> int | None:
         return self.ptr
@@ -184,6 +190,7 @@ def test_memory_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     session = _install(monkeypatch, lib)
     with pytest.raises(RawRuntimeError, match=r"nvshmem_malloc\(40\) returned NULL on PE 0.*NVSHMEM_SYMMETRIC_SIZE"):
         runtime.empty((2, 5), torch.float32)
+    assert lib.calls == [("malloc", 40, 0)]  # waits for the session's GPU first (see trx_malloc)
     with pytest.raises(RawRuntimeError, match="negative dimension -1"):
         runtime.empty((2, -1))
     plain = torch.zeros(4)
@@ -207,6 +214,17 @@ _EXIT_HANG = """
     atexit.register(lifecycle._finalize_at_exit)
     print("exiting", flush=True)
 """
+
+
+def test_a_failed_wait_before_nvshmem_malloc_is_reported_and_allocates_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _install(monkeypatch, FakeLib(wait_error=700))
+    live = memory.heap_stats()["live"]
+    with pytest.raises(RawRuntimeError, match=r"waiting for GPU 0 before nvshmem_malloc reported cudaError 700.*"
+                       r"CUDA_LAUNCH_BLOCKING=1.*nothing was allocated"):  # fmt: skip
+        runtime.zeros(8)
+    assert memory.heap_stats()["live"] == live
 
 
 def test_exit_never_hangs_on_a_stuck_teardown() -> None:

@@ -22,7 +22,7 @@ static nvshmemx_uniqueid_t g_unique_id;
 extern "C" {
 
 // Bump when a signature below changes; Python refuses a library with another value.
-int trx_abi_version(void) { return 1; }
+int trx_abi_version(void) { return 2; }
 
 // The NVSHMEM version of the headers this file was compiled against.
 void trx_header_version(int *major, int *minor, int *patch) {
@@ -73,20 +73,37 @@ int trx_init_with_unique_id(int rank, int nranks, const void *id) {
     return nvshmemx_hostlib_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr);
 }
 
-// Collective teardown of what trx_init_with_unique_id set up; `device` as in trx_free.
+// Collective teardown of what trx_init_with_unique_id set up; `device` as in trx_free, waited for
+// first for the reason given at trx_malloc.
 void trx_finalize(int device) {
-    cudaSetDevice(device);
+    if (cudaSetDevice(device) == cudaSuccess) cudaDeviceSynchronize();
     nvshmemx_hostlib_finalize();
 }
 
 int trx_my_pe(void) { return nvshmem_my_pe(); }
 int trx_n_pes(void) { return nvshmem_n_pes(); }
 
-// Collective. Returns NULL on failure.
-void *trx_malloc(size_t bytes) { return nvshmem_malloc(bytes); }
+// Collective. Stores the allocation (NULL when nvshmem_malloc fails) in *out and returns the
+// cudaError_t of waiting for `device`; on an error nothing is allocated.
+//
+// Waits for `device` first. nvshmem_malloc ends with a barrier of the world team, run on NVSHMEM's
+// internal stream; a barrier the caller queued on its own stream (nvshmemx_barrier_all_on_stream,
+// e.g. the one runtime.zeros() leaves behind) may still be running then. Two barriers of one team
+// running at once on a PE share the team's sync counter, which the barrier kernels advance with a
+// plain read-modify-write: one advance can be lost, after which this PE's barriers pair with the
+// peers' next ones and a later barrier never completes (seen with one PE per GPU; every PE on one
+// GPU in NVSHMEM's limited-MPG mode uses a host barrier instead). Waiting serialises the two.
+int trx_malloc(size_t bytes, int device, void **out) {
+    *out = NULL;
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    if (err == cudaSuccess) *out = nvshmem_malloc(bytes);
+    return (int)err;
+}
 
 // Collective. Makes `device` current (the caller may be any thread) and waits for it first so that
-// no queued kernel still uses the memory. Returns the cudaError_t of that wait; frees either way.
+// no queued kernel still uses the memory, and no barrier of the caller's streams overlaps
+// nvshmem_free's own (see trx_malloc). Returns the cudaError_t of that wait; frees either way.
 int trx_free(void *ptr, int device) {
     cudaError_t err = cudaSetDevice(device);
     if (err == cudaSuccess) err = cudaDeviceSynchronize();
