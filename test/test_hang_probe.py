@@ -22,8 +22,8 @@ from conftest import aot, fake_gpu_host, requires_nvshmem
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "scripts" / "gpu" / "multi_gpu_hang_probe.sh"
-STEPS = ["warm_pp", "warm_t1", "warm_t3", "pp_g1", "pp_gsms", "pp_gsms_barrier", "t1", "t1_novmm", "t1_blocking",
-         "t3", "t3_novmm", "t3_blocking"]  # fmt: skip
+STEPS = ["warm_pp", "warm_t1", "warm_t3", "alloc_skew", "alloc_skew_raw_control", "pp_g1", "pp_gsms",
+         "pp_gsms_barrier", "t1", "t1_novmm", "t1_blocking", "t3", "t3_novmm", "t3_blocking"]  # fmt: skip
 
 FAKE_PYTHON = """#!{real}
 # Fake python3: the probe's steps, acted out. The summary (python3 -) runs on the real interpreter.
@@ -48,6 +48,10 @@ if script == "hang_probe_worker.py":
         print("PROBE_RESULT " + json.dumps({{"rank": rank, "ok": ok, "us_per_iter": 9.5, "preloaded_kernel_used": True,
               "errors": [] if ok else ["3 elements of received rows were wrong"]}}))
     sys.exit(0 if ok else 1)
+if script == "alloc_skew_worker.py":  # the control hangs, runtime.zeros does not
+    if "--raw-malloc" in opts:
+        time.sleep(60)
+    sys.exit(0)
 if script == "allreduce.py":
     if novmm:
         sys.exit(1)
@@ -96,7 +100,8 @@ def test_probe_records_pass_fail_and_hang_and_follows_up_a_hung_ping_pong(tmp_pa
     summary = json.loads((tmp_path / "out" / "hang_probe.json").read_text())
     results = {s["step"]: s["result"] for s in summary["steps"]}
     assert results == {
-        **dict.fromkeys(STEPS, "PASS"), "pp_gsms_barrier": "HANG(stall)", "t1": "HANG(6s)",
+        **dict.fromkeys(STEPS, "PASS"), "alloc_skew_raw_control": "HANG(6s)", "pp_gsms_barrier": "HANG(stall)",
+        "t1": "HANG(6s)",
         "t1_novmm": "FAIL(rc=1)", "pp_gsms_barrier_sync1": "PASS", "pp_gsms_barrier_test": "FAIL(rc=1)",
         "pp_gsms_barrier_novmm": "PASS", "pp_gsms_barrier_blocking": "PASS",
     }, log  # fmt: skip
@@ -115,6 +120,18 @@ def test_probe_records_pass_fail_and_hang_and_follows_up_a_hung_ping_pong(tmp_pa
     assert summary["env"]["NVSHMEM_DISABLE_NVLS"] == "1" and summary["env"]["TRITON_RAW_SHARED_GPU"] == ""
     assert summary["env"]["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "lo"
     assert re.search(r"pp_gsms_barrier +HANG\(stall\)", log) and "rank 1: programs wait for a signal" in log
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
+def test_a_hung_control_step_does_not_fail_the_probe(tmp_path):
+    probe, env = _probe(tmp_path, 2)
+    env.update(MAX_STEP_S="8", PROBE_STEPS="alloc_skew alloc_skew_raw_control")
+    done = _run(probe, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "out" / "hang_probe.json").read_text())
+    results = [(s["step"], s["result"]) for s in summary["steps"]]
+    assert results == [("alloc_skew", "PASS"), ("alloc_skew_raw_control", "HANG(8s)")]
+    assert "--rounds 200 --raw-malloc" in summary["steps"][1]["command"]
 
 
 def test_probe_skips_steps_when_the_budget_is_spent(tmp_path):
