@@ -82,15 +82,15 @@ def test_world_one_variants_compile_without_row_copies():
 
 @pytest.mark.parametrize("name", ["moe_l1_swiglu", "moe_l2"])
 def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
-    """Tiles(tma=True): the grouped GEMM creates its descriptors on the device and stages the weight
-    (and L2's h) tiles with TMA copies feeding wgmma; it fits in shared memory."""
+    """Tiles(tma_l1/tma_l2=True): the grouped GEMM creates its descriptors on the device and stages the
+    weight (and L2's h) tiles with TMA copies feeding wgmma; it fits in shared memory."""
     import dataclasses
 
     from moe_config import choose_tiles
     from moe_launch import launches
 
     cfg = aot.REPRESENTATIVE
-    tiles = dataclasses.replace(choose_tiles(256, cfg.hidden, cfg.intermediate), tma=True)
+    tiles = dataclasses.replace(choose_tiles(256, cfg.hidden, cfg.intermediate), tma_l1=True, tma_l2=True)
     (launch,) = [lc for lc in launches(cfg, tiles, cfg.max_tokens) if lc.name == name]
     options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
     compiled = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options)

@@ -81,6 +81,9 @@ def test_tiles_and_launch_grids():
     ]
     assert by_name["moe_l1_swiglu"].grid == ((8192 // 128 + 16) * (1536 // 128),)
     assert by_name["moe_l2"].grid == ((8192 // 128 + 16) * (4096 // 256),)
+    # big loads: L1's weights through TMA (faster on the H200), L2 with pointers (slower through TMA)
+    assert (by_name["moe_l1_swiglu"].constexprs["TMA"], by_name["moe_l2"].constexprs["TMA"]) == (True, False)
+    assert not choose_tiles(32, 4096, 1536).tma
     assert (choose_tiles(256, 4160, 1600).block_n1, choose_tiles(256, 4160, 1600).block_n2) == (64, 64)
     with pytest.raises(ValueError, match="divide"):
         choose_tiles(256, 4096, 1000)
@@ -328,8 +331,9 @@ def test_fp8_launches():
     assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 64 + 16) * (1536 // 128),)
     assert by_name["moe_l2_fp8"].grid == ((8192 // 64 + 16) * (4096 // 256),)
     assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
-    with pytest.raises(ValueError, match="Tiles.tma is for the bf16 GEMMs"):
-        launches(cfg, dataclasses.replace(tiles, tma=True), 500)
+    for flag in ("tma_l1", "tma_l2"):
+        with pytest.raises(ValueError, match="Tiles.tma_l1/tma_l2 are for the bf16 GEMMs"):
+            launches(cfg, dataclasses.replace(tiles, **{flag: True}), 500)
     with pytest.raises(ValueError, match="block_k = block_n1 = 128"):
         launches(cfg, Tiles(128, 128, 256, 32, 8, 5), 500)
     with pytest.raises(ValueError, match="precision='fp8'"):

@@ -148,7 +148,13 @@ class Tiles:
     num_warps: int
     num_stages: int
     group_m: int = 4
-    tma: bool = False  # bf16 only: weight (and L2's h) tiles through device-side TMA descriptors
+    tma_l1: bool = False  # bf16 only: L1's weight tiles through device-side TMA descriptors
+    tma_l2: bool = False  # bf16 only: L2's h and weight tiles through device-side TMA descriptors
+
+    @property
+    def tma(self) -> bool:
+        """Either GEMM loads through TMA descriptors (they need ``install_descriptor_scratch``)."""
+        return self.tma_l1 or self.tma_l2
 
 
 def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tiles:
@@ -158,7 +164,8 @@ def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tile
     the best of the H200 sweeps (``tune_gemms.py``, bench/results/session2-2026-11-29/): 128-row tiles,
     N 128 per gate/up half in L1 and 256 in L2, K 32, 6 stages, groups of 8 M tiles (L1 211-212 us,
     L2 110 us at the production load, against 278 and 134 us for the first version's tiles); narrower
-    N where the 64-aligned dimensions do not divide.
+    N where the 64-aligned dimensions do not divide. L1 loads its weight tiles through TMA (214.7 against
+    219.3 us with pointers, bench/results/session3-2026-11-29/); L2 does not (117-120 against 111.4 us).
     """
     if intermediate % 64 or hidden % 64:
         raise ValueError(f"hidden={hidden}, intermediate={intermediate} do not divide into the GEMM tiles")
@@ -166,7 +173,7 @@ def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tile
         return Tiles(64, 64, 128 if hidden % 128 == 0 else 64, 64, num_warps=4, num_stages=3)
     block_n1 = 128 if intermediate % 128 == 0 else 64
     block_n2 = next(n for n in (256, 128, 64) if hidden % n == 0)
-    return Tiles(128, block_n1, block_n2, 32, num_warps=8, num_stages=6, group_m=8)
+    return Tiles(128, block_n1, block_n2, 32, num_warps=8, num_stages=6, group_m=8, tma_l1=True)
 
 
 def next_pow2(n: int) -> int:

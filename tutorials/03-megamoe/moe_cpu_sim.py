@@ -196,7 +196,8 @@ def simulate_kernels(
 
 # bf16: also loads through device-side TMA descriptors (h rows past the buffer read as zeros)
 SWIZZLE_TILES = Tiles(
-    block_m=64, block_n1=64, block_n2=32, block_k=64, num_warps=4, num_stages=1, group_m=3, tma=True
+    block_m=64, block_n1=64, block_n2=32, block_k=64, num_warps=4, num_stages=1, group_m=3, tma_l1=True,
+    tma_l2=True,
 )
 # fp8: an L2 N tile of 256 spans two scale blocks of w2
 SWIZZLE_TILES_FP8 = Tiles(block_m=64, block_n1=128, block_n2=256, block_k=128, num_warps=4, num_stages=1, group_m=3)

@@ -233,9 +233,9 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
         return launches_fp8(cfg, tiles, tokens)
     _check_tokens(cfg, tokens)
     h, i = cfg.hidden, cfg.intermediate
-    l1, l1_opts = _gemm(cfg, tiles, i, tiles.block_n1, BLOCK_N=tiles.block_n1, BLOCK_K=tiles.block_k, TMA=tiles.tma)
+    l1, l1_opts = _gemm(cfg, tiles, i, tiles.block_n1, BLOCK_N=tiles.block_n1, BLOCK_K=tiles.block_k, TMA=tiles.tma_l1)
     l2, l2_opts = _gemm(
-        cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2, BLOCK_K=tiles.block_k, TMA=tiles.tma,
+        cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2, BLOCK_K=tiles.block_k, TMA=tiles.tma_l2,
         PAIRS=cfg.pair_capacity,
     )
     return [
@@ -316,7 +316,9 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
     if cfg.precision != "fp8":
         raise ValueError(f"launches_fp8 needs a MoEConfig with precision='fp8', got {cfg.precision!r}")
     if tiles.tma:
-        raise ValueError("Tiles.tma is for the bf16 GEMMs; the fp8 GEMMs load with pointers (tma=False)")
+        raise ValueError(
+            "Tiles.tma_l1/tma_l2 are for the bf16 GEMMs; the fp8 GEMMs load with pointers (set both False)"
+        )
     if (tiles.block_k, tiles.block_n1) != (FP8_BLOCK, FP8_BLOCK):
         raise ValueError(
             f"fp8 tiles need block_k = block_n1 = {FP8_BLOCK} (one scale block per K step and per h tile), "

@@ -31,7 +31,8 @@ from moe_launch import install_descriptor_scratch, launches  # noqa: E402
 
 # (block_m, block_n, block_k, num_warps, num_stages, group_m[, tma]) per kernel; the first is the reference.
 L1_CANDIDATES = [
-    (128, 128, 32, 8, 6, 8),  # choose_tiles' pick
+    (128, 128, 32, 8, 6, 8, True),  # choose_tiles' pick: weight tiles through TMA
+    (128, 128, 32, 8, 6, 8),  # the same with pointer loads
     (128, 128, 32, 8, 5, 4),
     (128, 64, 64, 8, 4, 4),  # the first version's tiles
     (128, 128, 32, 8, 6, 4),
@@ -40,7 +41,6 @@ L1_CANDIDATES = [
     (128, 128, 32, 8, 5, 8),
     (128, 128, 64, 8, 4, 4),
     (64, 128, 64, 4, 4, 4),
-    (128, 128, 32, 8, 6, 8, True),  # weight tiles through TMA
     (128, 128, 64, 8, 4, 8, True),
 ]
 L2_CANDIDATES = [
@@ -81,9 +81,10 @@ SWEEPS = {
 
 def _tiles(kernel: str, cand: tuple, base: Tiles) -> Tiles:
     bm, bn, bk, warps, stages, group, *tma = cand
+    through_tma = bool(tma and tma[0])  # the swept kernel's; the other GEMM keeps the layer's choice
     if kernel.startswith("moe_l1"):
-        return Tiles(bm, bn, base.block_n2, bk, warps, stages, group, *tma)
-    return Tiles(bm, base.block_n1, bn, bk, warps, stages, group, *tma)
+        return Tiles(bm, bn, base.block_n2, bk, warps, stages, group, tma_l1=through_tma, tma_l2=base.tma_l2)
+    return Tiles(bm, base.block_n1, bn, bk, warps, stages, group, tma_l1=base.tma_l1, tma_l2=through_tma)
 
 
 def main(argv: list[str] | None = None) -> int:
