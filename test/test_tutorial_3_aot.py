@@ -29,9 +29,13 @@ def test_kernel_compiles_for_sm90(name, src):
     assert compiled.asm["cubin"]
     assert compiled.metadata.shared <= SHARED_LIMIT, f"{compiled.metadata.shared} B of shared memory cannot launch"
     ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
-    if name in ("moe_l1_swiglu", "moe_l2", *FP8_GEMMS):
+    if name in ("moe_l1_swiglu", "moe_l2", "moe_gemms", *FP8_GEMMS):
         assert "warp_group_dot" in ttgir, "the grouped GEMM must use Hopper's wgmma"
         assert "async_copy_global_to_local" in ttgir, "the grouped GEMM must be software-pipelined"
+    if name == "moe_gemms":  # L1's weights through TMA (choose_tiles), L2's h past the L1 cache
+        assert "async_tma_copy_global_to_local" in ttgir and "cp.async.cg" in ptx
+        # an L1 tile releases its M tile's count; an L2 tile spins on it with acquire loads
+        assert "atom.global.gpu.release.add" in ptx and "ld.global.gpu.acquire" in ptx
     if name in FP8_GEMMS:
         assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx), (
             "the fp8 GEMM must run e4m3 x e4m3 wgmma (fp8 wgmma reads B K-major from shared memory)"
@@ -56,6 +60,7 @@ def test_every_kernel_listed():
         "moe_l2",
         "moe_combine",
         "moe_reduce",
+        "moe_gemms",
         "moe_route_fp8",
         "moe_dispatch_fp8",
         "moe_l1_swiglu_fp8",
@@ -101,7 +106,7 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
     assert compiled.metadata.shared <= SHARED_LIMIT
 
 
-@pytest.mark.parametrize("name", ["moe_l1_swiglu", "moe_l2", *FP8_GEMMS])
+@pytest.mark.parametrize("name", ["moe_l1_swiglu", "moe_l2", "moe_gemms", *FP8_GEMMS])
 def test_grouped_gemm_tiles_do_not_spill(name, tmp_path):
     """The tiles the layer picks keep every GEMM's registers out of local memory (ptxas -v, sm_90a):
     the first fp8 tiles spilled 84 and 240 B and were slower than bf16 on the H200."""

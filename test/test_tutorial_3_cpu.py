@@ -180,7 +180,8 @@ def test_bf16_reference_close_to_float32():
 
 
 def test_kernels_in_interpreter():
-    """The real kernels (Triton interpreter, emulated nvshmem_ptr) at world 1, 2, 4, random + skewed."""
+    """The real kernels (Triton interpreter, emulated nvshmem_ptr) at world 1, 2, 4, random + skewed, and
+    skewed with L1 and L2 as one persistent launch (moe_gemms)."""
     proc = subprocess.run(
         [sys.executable, str(TUTORIAL / "moe_cpu_sim.py"), "--world", "1", "2", "4"],
         capture_output=True,
@@ -188,7 +189,7 @@ def test_kernels_in_interpreter():
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert proc.stdout.count("PASS") == 6
+    assert proc.stdout.count("PASS") == 9 and proc.stdout.count("persistent GEMMs: PASS") == 3
 
 
 # ----------------------------------------------------------------------------- fp8

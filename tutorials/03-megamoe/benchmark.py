@@ -25,6 +25,7 @@ measured on the H200, see the README; no communication) and the fraction of it r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import json
@@ -54,15 +55,29 @@ MATMUL_RATE = 713e12  # FLOP/s, bf16 matmul measured on the H200
 # call's barriers: with the same inputs every repeat, each rank rewrites the values its peers read.
 PHASES = {
     "route_to_place": ("moe_route", "moe_plan", "moe_dispatch", "moe_place"),
-    "grouped_gemms": ("moe_l1_swiglu", "moe_l2"),
+    "grouped_gemms": ("moe_l1_swiglu", "moe_l2", "moe_gemms"),
     "combine_reduce": ("moe_combine", "moe_reduce"),
 }
 # World 1: the two kernels of route_to_place that can rerun alone without changing what the next call
 # reads (route rewrites the same routing, plan re-zeroes the counters the call's dispatch fills).
 SINGLE_KERNELS = {"route_alone": ("moe_route",), "plan_alone": ("moe_plan",)}
 # Rows that do the expert GEMMs of a whole call, so that an achieved TFLOP/s means something.
-FLOP_ROWS = ("megamoe_eager", "megamoe_graph", "grouped_gemms", "torch_reference_bf16", "torch_ep_alltoall")
+FLOP_ROWS = ("megamoe_eager", "megamoe_graph", "grouped_gemms", "torch_reference_bf16", "torch_ep_alltoall",
+             "megamoe_graph_persistent", "grouped_gemms_persistent")  # fmt: skip
 WARMUP_CALLS = 3  # world > 1: untimed calls of each row first (compiles, NCCL communicators)
+
+
+def _graph(layer: MegaMoE, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> torch.cuda.CUDAGraph:
+    """One call of ``layer`` captured as a CUDA graph (warmed up on the capture stream first)."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(x, logits, out=y)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        layer(x, logits, out=y)
+    return graph
 
 
 def roofline_s(weight_bytes: int, flops: int) -> float:
@@ -151,17 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     # alone (the graph replays below restore a whole call's state)
     for phase, kernels in {**PHASES, **(SINGLE_KERNELS if world == 1 else {})}.items():
         timed[phase] = lambda kernels=kernels: layer.run(bindings, t, only=kernels)
-    graph = None
+    graph = persistent = None
     if world == 1:
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            layer(x, logits, out=y)  # warm up on the capture stream
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            layer(x, logits, out=y)
+        graph = _graph(layer, x, logits, y)
         timed["megamoe_graph"] = graph.replay
+        if args.precision == "bf16":  # the same layer with L1 and L2 as one persistent launch, side by side
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count
+            persistent = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, dataclasses.replace(layer.tiles, gemm_programs=sms))
+            y_persistent = torch.empty_like(x)
+            graph_persistent = _graph(persistent, x, logits, y_persistent)
+            p_bindings = persistent._bindings(x, logits, y_persistent)
+            timed["megamoe_graph_persistent"] = graph_persistent.replay
+            timed["grouped_gemms_persistent"] = lambda: persistent.run(p_bindings, t, only=("moe_gemms",))
     timed[baseline_name] = baseline
     rows: dict[str, float] = {}
     spread: dict[str, dict[str, float]] = {}
@@ -175,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
     graph_err = _rel_err(y, ref) if graph is not None else None
     rel_errs = {"megamoe": rel_err, baseline_name: baseline_err}
+    if persistent is not None:
+        rel_errs["megamoe_persistent"] = _rel_err(y_persistent, ref)
     if world > 1:  # the verdict and the JSON use every rank's errors
         import torch.distributed as dist
 
@@ -182,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.all_gather_object(per_rank, rel_errs)
         rel_errs = {name: max(r[name] for r in per_rank) for name in rel_errs}
     bounds = {"megamoe": TOL_NORM if args.precision == "bf16" else TOL_NORM_FP8_VS_FP32, baseline_name: TOL_NORM}
+    if persistent is not None:
+        bounds["megamoe_persistent"] = TOL_NORM
     failures = [
         f"{name}: relative error vs float32 {rel_errs[name]:.2e} > {bound:.0e} (rerun its correctness check)"
         for name, bound in bounds.items()
@@ -242,9 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     if graph is not None:
         result["graph_rel_err_vs_fp32"] = graph_err
         result["roofline"]["fraction_graph"] = roof_ms / rows["megamoe_graph_ms"]
+    if persistent is not None:
+        result["persistent_rel_err_vs_fp32"] = rel_errs["megamoe_persistent"]
+        result["persistent_tiles"] = persistent.tiles.__dict__
+        result["roofline"]["fraction_graph_persistent"] = roof_ms / rows["megamoe_graph_persistent_ms"]
     timed.clear()  # the layer's symmetric tensors must be dropped at close() on every rank
-    bindings = graph = None
+    bindings = graph = p_bindings = graph_persistent = None
     layer.close()
+    if persistent is not None:
+        persistent.close()
     if me == 0:
         print(
             f"shape H={h} I={i} E={e} (local {e_loc}) top-k={k} T={t} world={world} {args.precision} "

@@ -40,7 +40,15 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from moe_config import FP8_BLOCK, PRECISIONS, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8  # noqa: E402
+from moe_config import (  # noqa: E402
+    FP8_BLOCK,
+    PRECISIONS,
+    STATE_BUFFERS,
+    MoEConfig,
+    Tiles,
+    choose_tiles,
+    choose_tiles_fp8,
+)
 from moe_launch import KernelLaunch, install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights, quantize_rows  # noqa: E402
 
@@ -193,13 +201,15 @@ class MegaMoE:
         return self.sym["topk_ids"][:tokens], self.sym["topk_w"][:tokens]
 
     def poison(self) -> None:
-        """Fill every workspace with garbage (tests: unwritten reads then show up as NaN or bad indices).
+        """Fill every workspace with garbage (tests: unwritten reads then show up as NaN or bad indices),
+        except ``moe_config.STATE_BUFFERS``.
 
         Safe between calls: peers write into this rank's symmetric memory only after the next call's
         first barrier.
         """
-        for t in (*self.sym.values(), *self.local.values()):
-            t.fill_(float("nan") if t.is_floating_point() else -7)
+        for name, t in (*self.sym.items(), *self.local.items()):
+            if name not in STATE_BUFFERS:
+                t.fill_(float("nan") if t.is_floating_point() else -7)
 
     def close(self) -> None:
         """Free the symmetric workspace (collective; idempotent). Waits for this rank's queued work first."""

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4, "float8_e4m3fn": 1}
 ROW_ALIGN = 64  # H and I must be multiples of this (GEMM K/N tiles and 16-byte row copies)
 PRECISIONS = ("bf16", "fp8")
+# Local buffers whose contents carry over from call to call (zero when allocated, never poisoned).
+STATE_BUFFERS = ("gemm_sched",)
 FP8_BLOCK = 128  # fp8: one scale per 128 channels of a token, per 128 x 128 block of a weight matrix
 
 
@@ -96,6 +98,11 @@ class MoEConfig:
             ("comb", (w, t, h), "bfloat16"),  # [owner rank, slot] partial outputs pushed back by the owners
         ]
 
+    @property
+    def gemm_sched_len(self) -> int:
+        """Length of ``gemm_sched``: 2 + the M tiles of 16-row tiles (the smallest a tl.dot takes)."""
+        return 2 + max_m_tiles(self.pair_capacity, self.local_experts, 16)
+
     def local_buffers(self) -> list[tuple[str, tuple[int, ...], str]]:
         """Buffers only this rank touches."""
         r, k, h, p = self.recv_rows, self.top_k, self.hidden, self.pair_capacity
@@ -112,6 +119,7 @@ class MoEConfig:
             ("h", (p, self.intermediate), self.operand_dtype),  # SwiGLU output per pair
             *self._scales("h_scale", p, self.intermediate),
             ("y_pair", (p, h), "bfloat16"),  # expert output per pair
+            ("gemm_sched", (self.gemm_sched_len,), "int32"),  # moe_gemms' work counters (Tiles.gemm_programs)
             ("staging", (r, h), "bfloat16"),  # weighted partial per received row before the push
         ]
 
@@ -150,6 +158,7 @@ class Tiles:
     group_m: int = 4
     tma_l1: bool = False  # bf16 only: L1's weight tiles through device-side TMA descriptors
     tma_l2: bool = False  # bf16 only: L2's h and weight tiles through device-side TMA descriptors
+    gemm_programs: int = 0  # bf16 only: > 0 runs L1 and L2 as one persistent launch of this many programs
 
     @property
     def tma(self) -> bool:

@@ -15,6 +15,7 @@ The interpreter must be chosen before Triton is imported: run this module in a f
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ import moe_launch  # noqa: E402
 moe_launch.ROUTE_CHUNK = moe_launch.COMBINE_CHUNK = 64
 import moe_kernels_fp8  # noqa: E402
 from megamoe import TORCH_DTYPES  # noqa: E402
-from moe_config import MoEConfig, Tiles  # noqa: E402
+from moe_config import STATE_BUFFERS, MoEConfig, Tiles  # noqa: E402
 from moe_launch import install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights  # noqa: E402
 
@@ -154,7 +155,7 @@ def simulate_kernels(
         out = {}
         for name, shape, dtype in specs:
             t = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
-            t.fill_(fill if t.is_floating_point() else -7)
+            t.fill_(0 if name in STATE_BUFFERS else fill if t.is_floating_point() else -7)
             out[name] = t
         return out
 
@@ -248,6 +249,8 @@ def check(world: int, skewed: bool, seed: int = 0, tiles: Tiles | None = None, p
             errors.append(f"rank {r}: top-k ids differ from torch")
         if not torch.equal(bufs[r]["recv_n"].long(), rows[r]):
             errors.append(f"rank {r}: rows received {bufs[r]['recv_n'].tolist()} != {rows[r].tolist()}")
+        if bufs[r]["gemm_sched"].any():
+            errors.append(f"rank {r}: moe_gemms left its work counters at {bufs[r]['gemm_sched'].tolist()}")
         if not torch.equal(bufs[r]["counters"].long(), pairs[r].repeat(2)):
             errors.append(
                 f"rank {r}: expert counters {bufs[r]['counters'].tolist()} != {pairs[r].tolist()} x2"
@@ -281,16 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     failed = False
     odd_tiles = SWIZZLE_TILES_FP8 if args.precision == "fp8" else SWIZZLE_TILES
+    # skewed routing also runs other tiles (bf16: 4 L2 N tiles, TMA; fp8: one spanning two scale blocks)
+    # and M-tile groups of 3 that do not divide the grid; bf16 then runs those as one persistent launch
+    cases = [("random", False, None), ("skewed", True, odd_tiles)]
+    if args.precision == "bf16":
+        cases.append(("skewed, persistent GEMMs", True, dataclasses.replace(SWIZZLE_TILES, gemm_programs=3)))
     for world in args.world:
-        for skewed in (False, True):
-            # skewed routing also runs other tiles (bf16: 4 L2 N tiles, TMA; fp8: one spanning two scale blocks)
-            # and M-tile groups of 3 that do not divide the grid
-            errors = check(world, skewed, tiles=odd_tiles if skewed else None, precision=args.precision)
+        for name, skewed, tiles in cases:
+            errors = check(world, skewed, tiles=tiles, precision=args.precision)
             failed |= bool(errors)
-            print(
-                f"{args.precision} world={world} {'skewed' if skewed else 'random'}: "
-                f"{'PASS' if not errors else errors}"
-            )
+            print(f"{args.precision} world={world} {name}: {'PASS' if not errors else errors}")
     return 1 if failed else 0
 
 

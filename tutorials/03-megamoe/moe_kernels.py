@@ -283,12 +283,17 @@ def _expert_tile(counters_ptr, pid_m, E_LOC: tl.constexpr, E_P2: tl.constexpr, B
 
 @triton.jit
 def _tile_order(M_TILES: tl.constexpr, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of this program in a 1-D grid: groups of GROUP_M M tiles, N fastest inside a group.
+    """(pid_m, pid_n) of this program in a 1-D grid (:func:`_tile_of` of its program id)."""
+    return _tile_of(tl.program_id(0), M_TILES, N_TILES, GROUP_M)
 
-    Programs that run together then share a few experts' A rows and weight columns, so both stay in
+
+@triton.jit
+def _tile_of(pid, M_TILES: tl.constexpr, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of tile ``pid`` of a 1-D order: groups of GROUP_M M tiles, N fastest inside a group.
+
+    Tiles that run together then share a few experts' A rows and weight columns, so both stay in
     L2 (M fastest would stream every expert's A rows once per N tile).
     """
-    pid = tl.program_id(0)
     per_group = GROUP_M * N_TILES
     first_m = (pid // per_group) * GROUP_M
     group_size = tl.minimum(M_TILES - first_m, GROUP_M)
@@ -318,38 +323,57 @@ def moe_l1_swiglu(
     TMA: weight tiles through a device-side tensor descriptor (needs ``triton.set_allocator``); the
     A rows are gathered through the pair list either way."""
     pid_m, pid_n = _tile_order(M_TILES, INTER // BLOCK_N, GROUP_M)
-    expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
-    if expert >= E_LOC:
-        return
-    offs_m = row0 + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < row_end
-    rows = tl.load(sorted_row + offs_m, mask=mask_m, other=0).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = recv_x + rows[:, None] * H + offs_k[None, :]
-    if TMA:  # w1 as [E_LOC * H, 2 * INTER]: expert e's K rows start at e * H
-        w_desc = tl.make_tensor_descriptor(
+    w_desc = _l1_weight_desc(w1_ptr, H, INTER, E_LOC, BLOCK_N, BLOCK_K, TMA)
+    _l1_tile(recv_x, sorted_row, counters_ptr, w1_ptr, w_desc, h_ptr, pid_m, pid_n,
+             H, INTER, E_LOC, E_P2, BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
+
+
+@triton.jit
+def _l1_weight_desc(w1_ptr, H: tl.constexpr, INTER: tl.constexpr, E_LOC: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
+    """TMA: w1 as [E_LOC * H, 2 * INTER] (expert e's K rows start at e * H); else w1_ptr (unused)."""
+    if TMA:
+        return tl.make_tensor_descriptor(
             w1_ptr, shape=[E_LOC * H, 2 * INTER], strides=[2 * INTER, 1], block_shape=[BLOCK_K, BLOCK_N]
         )
     else:
+        return w1_ptr
+
+
+@triton.jit
+def _l1_tile(
+    recv_x, sorted_row, counters_ptr, w1_ptr, w_desc, h_ptr, pid_m, pid_n,
+    H: tl.constexpr, INTER: tl.constexpr, E_LOC: tl.constexpr, E_P2: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """L1 tile (pid_m, pid_n) into h; nothing when M tile pid_m holds no pairs. Returns whether it did."""
+    expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
+    if expert < E_LOC:
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        mask_m = offs_m < row_end
+        rows = tl.load(sorted_row + offs_m, mask=mask_m, other=0).to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = recv_x + rows[:, None] * H + offs_k[None, :]
         g_ptrs = w1_ptr + expert.to(tl.int64) * (H * 2 * INTER) + offs_k[:, None] * (2 * INTER) + offs_n[None, :]
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, H, BLOCK_K):
-        a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
-        if TMA:
-            gate = w_desc.load([expert * H + k, pid_n * BLOCK_N])
-            up = w_desc.load([expert * H + k, INTER + pid_n * BLOCK_N])
-        else:
-            gate = tl.load(g_ptrs)
-            up = tl.load(g_ptrs + INTER)
-            g_ptrs += BLOCK_K * 2 * INTER
-        acc_g = tl.dot(a, gate, acc_g)
-        acc_u = tl.dot(a, up, acc_u)
-        a_ptrs += BLOCK_K
-    h = acc_g * tl.sigmoid(acc_g) * acc_u
-    out = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_n[None, :]
-    tl.store(out, h.to(tl.bfloat16), mask=mask_m[:, None])
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, H, BLOCK_K):
+            a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
+            if TMA:
+                gate = w_desc.load([expert * H + k, pid_n * BLOCK_N])
+                up = w_desc.load([expert * H + k, INTER + pid_n * BLOCK_N])
+            else:
+                gate = tl.load(g_ptrs)
+                up = tl.load(g_ptrs + INTER)
+                g_ptrs += BLOCK_K * 2 * INTER
+            acc_g = tl.dot(a, gate, acc_g)
+            acc_u = tl.dot(a, up, acc_u)
+            a_ptrs += BLOCK_K
+        h = acc_g * tl.sigmoid(acc_g) * acc_u
+        out = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_n[None, :]
+        tl.store(out, h.to(tl.bfloat16), mask=mask_m[:, None])
+    return expert < E_LOC
 
 
 @triton.jit
@@ -376,36 +400,128 @@ def moe_l2(
     A tile's rows past its expert's then belong to the next expert (or lie past PAIRS and read as
     zeros); their outputs are masked at the store, as with the pointer loads."""
     pid_m, pid_n = _tile_order(M_TILES, H // BLOCK_N, GROUP_M)
+    a_desc, b_desc = _l2_descs(h_ptr, w2_ptr, H, INTER, E_LOC, BLOCK_M, BLOCK_N, BLOCK_K, TMA, PAIRS)
     expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
-    if expert >= E_LOC:
-        return
-    offs_m = row0 + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < row_end
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    if TMA:  # w2 as [E_LOC * INTER, H]: expert e's K rows start at e * INTER
+    if expert < E_LOC:
+        _l2_tile(h_ptr, w2_ptr, a_desc, b_desc, y_ptr, expert, row0, row_end, pid_n,
+                 H, INTER, BLOCK_M, BLOCK_N, BLOCK_K, TMA, False)  # fmt: skip
+
+
+@triton.jit
+def _l2_descs(h_ptr, w2_ptr, H: tl.constexpr, INTER: tl.constexpr, E_LOC: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr, PAIRS: tl.constexpr):  # fmt: skip
+    """TMA: descriptors of h [PAIRS, INTER] and of w2 as [E_LOC * INTER, H] (expert e's K rows start at
+    e * INTER); else the pointers themselves (unused)."""
+    if TMA:
         a_desc = tl.make_tensor_descriptor(
             h_ptr, shape=[PAIRS, INTER], strides=[INTER, 1], block_shape=[BLOCK_M, BLOCK_K]
         )
         b_desc = tl.make_tensor_descriptor(
             w2_ptr, shape=[E_LOC * INTER, H], strides=[H, 1], block_shape=[BLOCK_K, BLOCK_N]
         )
+        return a_desc, b_desc
     else:
-        a_ptrs = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_k[None, :]
-        b_ptrs = w2_ptr + expert.to(tl.int64) * (INTER * H) + offs_k[:, None] * H + offs_n[None, :]
+        return h_ptr, w2_ptr
+
+
+@triton.jit
+def _l2_tile(
+    h_ptr, w2_ptr, a_desc, b_desc, y_ptr, expert, row0, row_end, pid_n,
+    H: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    TMA: tl.constexpr, H_FROM_L2: tl.constexpr,
+):  # fmt: skip
+    """L2 tile of expert ``expert``: its rows row0.. (stores masked at row_end), columns pid_n.
+
+    H_FROM_L2: load h past the L1 cache (``.cg``); h was written by other programs of the same kernel."""
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < row_end
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_k[None, :]
+    b_ptrs = w2_ptr + expert.to(tl.int64) * (INTER * H) + offs_k[:, None] * H + offs_n[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, INTER, BLOCK_K):
         if TMA:
             a = a_desc.load([row0, k])
             b = b_desc.load([expert * INTER + k, pid_n * BLOCK_N])
         else:
-            a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
+            if H_FROM_L2:
+                a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0, cache_modifier=".cg")
+            else:
+                a = tl.load(a_ptrs, mask=mask_m[:, None], other=0.0)
             b = tl.load(b_ptrs)
             a_ptrs += BLOCK_K
             b_ptrs += BLOCK_K * H
         acc = tl.dot(a, b, acc)
     out = y_ptr + offs_m.to(tl.int64)[:, None] * H + offs_n[None, :]
     tl.store(out, acc.to(tl.bfloat16), mask=mask_m[:, None])
+
+
+@triton.jit
+def moe_gemms(
+    recv_x,
+    sorted_row,
+    counters_ptr,
+    w1_ptr,
+    h_ptr,
+    w2_ptr,
+    y_ptr,
+    sched_ptr,
+    H: tl.constexpr,
+    INTER: tl.constexpr,
+    E_LOC: tl.constexpr,
+    E_P2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N1: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    M_TILES: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    TMA1: tl.constexpr,
+    TMA2: tl.constexpr,
+    PAIRS: tl.constexpr,
+    SCHED_P2: tl.constexpr,
+):
+    """L1 and L2 in one persistent launch: every program takes work items from one counter until none
+    is left. Items 0.. are the L1 tiles (moe_l1_swiglu's order), then the L2 tiles (moe_l2's).
+
+    ``sched_ptr`` (int32, zero before the launch): [0] the next item, [1 + m] the L1 tiles of M tile m
+    done, [1 + M_TILES] the programs finished; the last program to finish zeroes them again, so
+    launches may follow each other (and CUDA-graph replays) with no other reset. SCHED_P2: a power of
+    two >= M_TILES + 2.
+
+    An L2 tile waits until its M tile's INTER // BLOCK_N1 L1 tiles are done. It cannot wait for ever:
+    every L1 item was handed out before any L2 item, to a program that was running then, and L1 tiles
+    wait for nothing. So the tail of L1 overlaps the start of L2 and no program count is required.
+    """
+    N1: tl.constexpr = INTER // BLOCK_N1
+    L1_ITEMS: tl.constexpr = M_TILES * N1
+    ITEMS: tl.constexpr = L1_ITEMS + M_TILES * (H // BLOCK_N2)
+    w1_desc = _l1_weight_desc(w1_ptr, H, INTER, E_LOC, BLOCK_N1, BLOCK_K, TMA1)
+    h_desc, w2_desc = _l2_descs(h_ptr, w2_ptr, H, INTER, E_LOC, BLOCK_M, BLOCK_N2, BLOCK_K, TMA2, PAIRS)
+    done_l1 = sched_ptr + 1
+    item = tl.atomic_add(sched_ptr, 1, sem="relaxed")
+    while item < ITEMS:
+        if item < L1_ITEMS:
+            pid_m, pid_n = _tile_of(item, M_TILES, N1, GROUP_M)
+            did = _l1_tile(recv_x, sorted_row, counters_ptr, w1_ptr, w1_desc, h_ptr, pid_m, pid_n,
+                           H, INTER, E_LOC, E_P2, BLOCK_M, BLOCK_N1, BLOCK_K, TMA1)  # fmt: skip
+            if did:
+                tl.debug_barrier()  # every thread's h stores precede the release below
+                tl.atomic_add(done_l1 + pid_m, 1, sem="release", scope="gpu")
+        else:
+            pid_m, pid_n = _tile_of(item - L1_ITEMS, M_TILES, H // BLOCK_N2, GROUP_M)
+            expert, row0, row_end = _expert_tile(counters_ptr, pid_m, E_LOC, E_P2, BLOCK_M)
+            if expert < E_LOC:
+                while tl.atomic_add(done_l1 + pid_m, 0, sem="acquire", scope="gpu") < N1:
+                    pass
+                tl.debug_barrier()  # every thread's h loads follow the acquire above
+                _l2_tile(h_ptr, w2_ptr, h_desc, w2_desc, y_ptr, expert, row0, row_end, pid_n,
+                         H, INTER, BLOCK_M, BLOCK_N2, BLOCK_K, TMA2, True)  # fmt: skip
+        item = tl.atomic_add(sched_ptr, 1, sem="relaxed")
+    if tl.atomic_add(sched_ptr + 1 + M_TILES, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
+        m = tl.arange(0, SCHED_P2)  # every other program has left the loop
+        tl.store(sched_ptr + m, tl.zeros_like(m), mask=m < M_TILES + 2)
 
 
 @triton.jit(do_not_specialize=["me"])

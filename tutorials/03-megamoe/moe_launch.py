@@ -226,18 +226,92 @@ def _dispatch_constexprs(cfg: MoEConfig) -> dict[str, int]:
     )
 
 
-def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
-    """The launches of one call with ``tokens`` (<= cfg.max_tokens) tokens on this rank, in
-    ``cfg.precision`` (fp8: :func:`launches_fp8`)."""
-    if cfg.precision == "fp8":
-        return launches_fp8(cfg, tiles, tokens)
-    _check_tokens(cfg, tokens)
+def _gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
+    """bf16 L1 (SwiGLU epilogue) and L2, one launch each."""
     h, i = cfg.hidden, cfg.intermediate
     l1, l1_opts = _gemm(cfg, tiles, i, tiles.block_n1, BLOCK_N=tiles.block_n1, BLOCK_K=tiles.block_k, TMA=tiles.tma_l1)
     l2, l2_opts = _gemm(
         cfg, tiles, h, tiles.block_n2, BLOCK_N=tiles.block_n2, BLOCK_K=tiles.block_k, TMA=tiles.tma_l2,
         PAIRS=cfg.pair_capacity,
     )
+    return [
+        KernelLaunch(
+            "moe_l1_swiglu",
+            K.moe_l1_swiglu,
+            (
+                _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
+                _p("sorted_row", "sorted_row", "*i32"),
+                _p("counters_ptr", "counters", "*i32"),
+                _p("w1_ptr", "w1", "*bf16"),
+                _p("h_ptr", "h", "*bf16"),
+            ),
+            l1,
+            **l1_opts,
+        ),
+        KernelLaunch(
+            "moe_l2",
+            K.moe_l2,
+            (
+                _p("h_ptr", "h", "*bf16"),
+                _p("counters_ptr", "counters", "*i32"),
+                _p("w2_ptr", "w2", "*bf16"),
+                _p("y_ptr", "y_pair", "*bf16"),
+            ),
+            l2,
+            **l2_opts,
+        ),
+    ]
+
+
+def _fused_gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
+    """bf16 L1 and L2 as one persistent launch of ``tiles.gemm_programs`` programs (``moe_gemms``)."""
+    m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, tiles.block_m)
+    if m_tiles + 2 > cfg.gemm_sched_len:
+        raise ValueError(f"block_m={tiles.block_m}: moe_gemms needs block_m >= 16")
+    return [
+        KernelLaunch(
+            "moe_gemms",
+            K.moe_gemms,
+            (
+                _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
+                _p("sorted_row", "sorted_row", "*i32"),
+                _p("counters_ptr", "counters", "*i32"),
+                _p("w1_ptr", "w1", "*bf16"),
+                _p("h_ptr", "h", "*bf16"),
+                _p("w2_ptr", "w2", "*bf16"),
+                _p("y_ptr", "y_pair", "*bf16"),
+                _p("sched_ptr", "gemm_sched", "*i32"),
+            ),
+            dict(
+                H=cfg.hidden,
+                INTER=cfg.intermediate,
+                E_LOC=cfg.local_experts,
+                E_P2=next_pow2(cfg.local_experts),
+                BLOCK_M=tiles.block_m,
+                BLOCK_N1=tiles.block_n1,
+                BLOCK_N2=tiles.block_n2,
+                BLOCK_K=tiles.block_k,
+                M_TILES=m_tiles,
+                GROUP_M=tiles.group_m,
+                TMA1=tiles.tma_l1,
+                TMA2=tiles.tma_l2,
+                PAIRS=cfg.pair_capacity,
+                SCHED_P2=next_pow2(m_tiles + 2),
+            ),
+            grid=(tiles.gemm_programs,),
+            num_warps=tiles.num_warps,
+            num_stages=tiles.num_stages,
+        )
+    ]
+
+
+def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
+    """The launches of one call with ``tokens`` (<= cfg.max_tokens) tokens on this rank, in
+    ``cfg.precision`` (fp8: :func:`launches_fp8`)."""
+    if cfg.precision == "fp8":
+        return launches_fp8(cfg, tiles, tokens)
+    _check_tokens(cfg, tokens)
+    h = cfg.hidden
     return [
         KernelLaunch(
             "moe_route",
@@ -280,31 +354,7 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
             barrier_before=True,
         ),
         _place(cfg),
-        KernelLaunch(
-            "moe_l1_swiglu",
-            K.moe_l1_swiglu,
-            (
-                _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
-                _p("sorted_row", "sorted_row", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w1_ptr", "w1", "*bf16"),
-                _p("h_ptr", "h", "*bf16"),
-            ),
-            l1,
-            **l1_opts,
-        ),
-        KernelLaunch(
-            "moe_l2",
-            K.moe_l2,
-            (
-                _p("h_ptr", "h", "*bf16"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w2_ptr", "w2", "*bf16"),
-                _p("y_ptr", "y_pair", "*bf16"),
-            ),
-            l2,
-            **l2_opts,
-        ),
+        *(_fused_gemms(cfg, tiles) if tiles.gemm_programs else _gemms(cfg, tiles)),
         *_combine_and_reduce(cfg, tokens),
     ]
 
@@ -315,6 +365,8 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
     kernel it stands in for. ``tiles`` must have block_k = block_n1 = 128 (:func:`choose_tiles_fp8`)."""
     if cfg.precision != "fp8":
         raise ValueError(f"launches_fp8 needs a MoEConfig with precision='fp8', got {cfg.precision!r}")
+    if tiles.gemm_programs:
+        raise ValueError("Tiles.gemm_programs (one persistent GEMM launch) is bf16 only; set it to 0 for fp8")
     if tiles.tma:
         raise ValueError(
             "Tiles.tma_l1/tma_l2 are for the bf16 GEMMs; the fp8 GEMMs load with pointers (set both False)"
