@@ -1,8 +1,9 @@
 """Tutorial 1 on CPU: every kernel of tutorials/01-allreduce-rmsnorm AOT-compiles for sm_90.
 
 Also checks, in the PTX, what the tutorial's performance and correctness arguments rely on: 16-byte
-vector loads and stores, NVSHMEM linked only into the communicating kernels, volatile loads of the
-landing rows, and the GPU-scope fence after the signal wait.
+vector loads and stores, NVSHMEM linked only into the communicating kernels (exactly the functions of
+the push-all-then-wait protocol), volatile loads of the landing rows, the GPU-scope fence after the
+signal wait, and no system-scope fence inside a loop (one per batch of puts, not one per row).
 """
 
 from __future__ import annotations
@@ -51,18 +52,77 @@ def test_local_kernel_is_vectorised_and_free_of_nvshmem():
     assert ".local" not in ptx  # no spills
 
 
+# allreduce-device.cu's put_row, complete_puts, signal_set and wait_ge; no put-with-signal per row
+PROTOCOL_NVSHMEM = {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op", "nvshmem_signal_wait_until"}
+_LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
+_BRANCH = re.compile(r"^\s*(@!?%p\d+\s+)?bra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
+_SYS_FENCE = re.compile(r"\b(?:membar\.sys|fence\.(?:sc|acq_rel)\.sys)\b")
+
+
+def _entry_cfg(ptx: str) -> tuple[list[list[str]], list[set[int]]]:
+    """Basic blocks (lines) of the kernel's .entry function and each block's successors."""
+    start = ptx.index(".entry")
+    blocks: list[list[str]] = [[]]
+    labels = {}
+    for line in ptx[start : ptx.index("\n}\n", start)].splitlines():
+        if m := _LABEL.match(line):
+            labels[m.group(1)] = len(blocks)
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+    succ = []
+    for i, block in enumerate(blocks):
+        out, falls_through = set(), True
+        for line in block:
+            if re.search(r"\bbrx?\.|\bbra\b", line):
+                branch = _BRANCH.match(line)
+                assert branch, f"branch form this CFG does not know: {line!r}"
+                out.add(labels[branch.group(2)])
+                falls_through = falls_through and bool(branch.group(1))
+            elif re.match(r"\s*(ret|exit);", line):
+                falls_through = False
+        if falls_through and i + 1 < len(blocks):
+            out.add(i + 1)
+        succ.append(out)
+    return blocks, succ
+
+
+def _in_cycle(block: int, succ: list[set[int]]) -> bool:
+    seen, todo = set(), list(succ[block])
+    while todo:
+        b = todo.pop()
+        if b == block:
+            return True
+        if b not in seen:
+            seen.add(b)
+            todo.extend(succ[b])
+    return False
+
+
 @pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.TWOSHOT, 4)])
 def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world):
     src, warps = aot.variant(algo, world, 4096, "fp16")
     compiled = _compile(src, warps)
     ptx = compiled.asm["ptx"]
-    assert getattr(compiled.metadata, "raw_nvshmem", True)
+    assert set(compiled.metadata.raw_nvshmem) == PROTOCOL_NVSHMEM
+    assert not [f for f in re.findall(r"\.extern \.func[^;]*", ptx) if "nvshmem" in f]  # all linked
     assert "nvshmemi_device_state_d" in ptx
     assert re.search(r"ld\.volatile\.global[\w.]*\.v4", ptx)  # landing rows: volatile, 16-byte
     assert "membar.gl" in ptx  # wait_ge's acquire fence
     body = ptx[ptx.index(".entry") :]
     spin = body.index("ld.volatile.b64")  # the signal spin loop (nvshmem_signal_wait_until)
     assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)
+
+
+@pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.ONESHOT, 8), (Algorithm.TWOSHOT, 4)])
+def test_system_fences_are_outside_every_loop(algo, world):
+    """complete_puts' system-scope fence runs once per batch of rows: no cycle of the kernel's control
+    flow graph passes through a system-scope fence (a per-row put-with-signal puts one in the row loop)."""
+    src, warps = aot.variant(algo, world, 2048, "bf16")
+    blocks, succ = _entry_cfg(_compile(src, warps).asm["ptx"])
+    fenced = [i for i, block in enumerate(blocks) if any(_SYS_FENCE.search(line) for line in block)]
+    assert fenced, "no system-scope fence: complete_puts (nvshmem_quiet) is missing"
+    assert not [i for i in fenced if _in_cycle(i, succ)]
 
 
 def test_warm_jobs_cover_every_launch_variant():

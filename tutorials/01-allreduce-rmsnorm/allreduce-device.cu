@@ -4,16 +4,46 @@
 // and scalar arguments are uniform over the program, so every thread of the program (one CUDA
 // block) runs each call once; the functions are block-collective and must be reached by all threads.
 //
-// Ordering contract used by the kernel:
-//  * push_row: the data of `bytes` bytes at `src` becomes visible at `dst` on PE `pe` before the
-//    signal word `sig` there is set to `value` (NVSHMEM's put-with-signal guarantee).
+// Ordering contract used by the kernel (a program pushes all its rows, then signals them):
+//  * put_row: starts copying `bytes` bytes from `src` to `dst` on PE `pe` (non-blocking put); by
+//    itself not ordered with later operations.
+//  * complete_puts: when it returns in thread 0, every put_row the block issued before it is
+//    complete (delivered, and its source reusable). It is nvshmem_quiet, not nvshmem_fence: a fence
+//    orders earlier puts to a PE before later operations to that PE, which would suffice for the
+//    signals, but does not complete non-blocking puts, whose source (the caller's x) may be
+//    overwritten once the kernel returns. Over NVLink (P2P) both are the same code, thread 0
+//    running __threadfence_system() (NVSHMEM 3.4 nvshmemi_quiet, nvshmemi_fence); put_row...,
+//    complete_puts, signal_set is then what nvshmemx_putmem_signal_block runs per row (block copy,
+//    barrier, thread 0: system fence, signal), with one fence per program instead of per row.
+//  * signal_set: thread 0 sets the signal word `sig` on PE `pe` to `value`. Called after
+//    complete_puts (same thread), so a PE that observes `value` sees every row put to it before.
 //  * wait_ge: returns in every thread only after `*sig >= value` was observed, with acquire
 //    ordering, so loads the caller issues afterwards see the data that came with the signal.
 //  * block_sync: a barrier that makes the block's earlier global stores visible to the whole block
-//    (used before the block reads, as the source of a put, a row its threads just stored).
+//    (used before the block reads, as the source of a put, rows its threads just stored).
+//  * push_row (not used by the kernel; scripts/gpu/hang_probe_worker.py pings with it): one row's
+//    put_row, complete_puts and signal_set in one call (nvshmemx_putmem_signal_block).
 #include <triton_raw/nvshmem_device.h>
 
-// The whole block copies one row to PE `pe` and then sets the signal word there to `value`.
+static __device__ __forceinline__ bool first_thread(void) {
+  return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+}
+
+// The whole block copies one row to PE `pe` (non-blocking: see complete_puts).
+extern "C" __device__ void put_row(void *dst, const void *src, long long bytes, int pe) {
+  nvshmemx_putmem_nbi_block(dst, src, (size_t)bytes, pe);
+}
+
+// The barrier orders every thread's puts before thread 0's quiet.
+extern "C" __device__ void complete_puts(void) {
+  __syncthreads();
+  if (first_thread()) nvshmem_quiet();
+}
+
+extern "C" __device__ void signal_set(uint64_t *sig, long long value, int pe) {
+  if (first_thread()) nvshmemx_signal_op(sig, (uint64_t)value, NVSHMEM_SIGNAL_SET, pe);
+}
+
 extern "C" __device__ void push_row(void *dst, const void *src, long long bytes, uint64_t *sig,
                                     long long value, int pe) {
   nvshmemx_putmem_signal_block(dst, src, (size_t)bytes, sig, (uint64_t)value, NVSHMEM_SIGNAL_SET, pe);
@@ -21,7 +51,7 @@ extern "C" __device__ void push_row(void *dst, const void *src, long long bytes,
 
 // Thread 0 spins until the local signal word reaches `value`; the barrier then releases the block.
 extern "C" __device__ void wait_ge(uint64_t *sig, long long value) {
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+  if (first_thread()) {
     nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)value);
     __threadfence();  // acquire at GPU scope: later loads are ordered after the observed signal
   }

@@ -1,19 +1,37 @@
 """The Triton kernel of the fused AllReduce(SUM) + residual add + RMSNorm, and its raw CUDA calls.
 
-One kernel per call. Programs loop over token rows (``row = pid, pid + grid, ...``; at world 1 the
-grid is one program per row). Per row, with ``e`` the row's epoch (its call count, kept in
-``counters[row]`` in device memory so that CUDA graph replays advance it) and ``par = e % 2``:
+One kernel per call. Program ``pid`` handles rows ``pid, pid + grid, ...`` (at world 1 the grid is
+one program per row). Each row has an epoch ``e`` (its call count, kept in ``counters[row]`` in
+device memory so that CUDA graph replays advance it, stored back after the row's last phase) and
+uses the workspace half ``par = e % 2``; a push of row data comes with the signal value ``e``.
 
 * ``ALGO == LOCAL`` (world 1): ``reduced = x[row]``.
-* ``ALGO == ONESHOT``: push ``x[row]`` to slot (par, me, row) of every peer with signal ``e``; wait for
-  every peer's signal; sum the W rows in rank order in fp32.
-* ``ALGO == TWOSHOT``: the row's owner is ``row % W``. Others push ``x[row]`` to the owner's slot
-  (par, me, row // W) and wait for the all-gather signal; the owner waits for the W-1 pushes, sums in
-  rank order, rounds, stores the reduced row in its all-gather slot and pushes it to every peer.
+* ``ALGO == ONESHOT``, per program: (1) push every row ``x[row]`` to slot (par, me, row) of every
+  peer (non-blocking puts), complete them once (``complete_puts``), then set every row's signal
+  (par, me, row) on every peer to ``e``; (2) per row, wait for every peer's signal, sum the W rows in
+  rank order in fp32.
+* ``ALGO == TWOSHOT``, row owner ``row % W``, per program: (1) push the rows others own to the
+  owner's slot (par, me, row // W), complete, signal; (2) for the rows this rank owns, wait for the
+  W-1 pushes, sum in rank order, round and store in the all-gather slot (par, row); then push those
+  rows to every peer, complete, signal (par, W, row); (3) per row, wait for the owner's all-gather
+  signal (own rows: none) and read the reduced row from the all-gather slot.
 
-In every case the fp32 sum is rounded to the input dtype (what an all-reduce returns), then
-``r = reduced + residual`` (fp32), ``residual_out = r``, ``norm_out = r * rsqrt(mean(r^2) + eps) * w``.
-Rows that other ranks wrote are read with volatile loads after ``wait_ge``'s acquire.
+No program waits before it has issued all its phase-1 pushes and signals, and program p waits only
+for programs p of other ranks (every rank has the same grid), which are resident (arn_plan caps the
+grid), so the waits cannot deadlock. In every case the fp32 sum is rounded to the input dtype (what
+an all-reduce returns), then ``r = reduced + residual`` (fp32), ``residual_out = r``,
+``norm_out = r * rsqrt(mean(r^2) + eps) * w``. Rows other ranks wrote are read with volatile loads
+after ``wait_ge``'s acquire.
+
+Reuse of the two halves (the README's "Reuse without races", for this order): rank A writes half
+``par`` of peer B (data and signal words) for row t in its kernel with epoch e + 2, which starts only
+after A's kernel with epoch e + 1 finished. That kernel finished row t only after B's kernel with
+epoch e + 1 had sent a signal for row t (one-shot: A waits for B's push; two-shot: A waits for the
+owner's all-gather, sent after the owner saw every rank's reduce-scatter push, or, if A owns t, for
+every peer's push). B's kernel e + 1 started after B's kernel e finished (kernels on a stream run in
+order), so B no longer reads half ``par`` of epoch e, and half e + 1 is never written at epoch e + 2.
+The argument uses only the order of kernels on a rank, not the order of the phases inside one.
+Epochs only grow, so a signal left by an earlier call never satisfies a later wait.
 """
 
 from __future__ import annotations
@@ -29,7 +47,19 @@ POINTER_TYPES = {"bf16": "*bf16", "fp16": "*fp16"}
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
-def push_row(dst, src, nbytes, sig, value, pe): ...
+def push_row(dst, src, nbytes, sig, value, pe): ...  # not used here: scripts/gpu/hang_probe_worker.py
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def put_row(dst, src, nbytes, pe): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def complete_puts(): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def signal_set(sig, value, pe): ...
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
@@ -46,54 +76,131 @@ def _load_row(ptr, offs, mask, VOLATILE: tl.constexpr):
 
 
 @triton.jit
-def _oneshot_reduce(
-    x_row, land, sig, row, e, par, me, offs, mask, H, MAX_T, ROWS, ROW_BYTES, WORLD: tl.constexpr
-):
-    """Push x_row to every peer, then sum all ranks' rows in rank order (fp32)."""
-    for i in tl.static_range(1, WORLD):
-        pe = (me + i) % WORLD
-        slot = ((par * WORLD + me) * ROWS + row) * H
-        push_row(land + slot, x_row, ROW_BYTES, sig + (par * (WORLD + 1) + me) * MAX_T + row, e, pe)
-    acc = tl.zeros_like(offs).to(tl.float32)
-    for src in tl.static_range(WORLD):
-        if src == me:
-            v = _load_row(x_row, offs, mask, False)
-        else:
-            wait_ge(sig + (par * (WORLD + 1) + src) * MAX_T + row, e)
-            v = _load_row(land + ((par * WORLD + src) * ROWS + row) * H, offs, mask, True)
-        acc += v
-    return acc
+def _epoch(cnt_ptr, row):
+    """The row's epoch in this call (its counter is stored back only after the row's last phase)."""
+    return tl.load(cnt_ptr + row) + 1
 
 
 @triton.jit
-def _twoshot_reduce(
-    x_row, rs, ag, sig, row, e, par, me, offs, mask, H, MAX_T, RS_ROWS, ROW_BYTES, WORLD: tl.constexpr
-):
-    """Reduce-scatter to the row's owner, all-gather of the rounded sum back (returns fp32)."""
-    owner = (row % WORLD).to(tl.int32)
-    ag_row = ag + (par * MAX_T + row) * H
-    ag_sig = sig + (par * (WORLD + 1) + WORLD) * MAX_T + row
-    if me != owner:
-        slot = ((par * WORLD + me) * RS_ROWS + row // WORLD) * H
-        push_row(rs + slot, x_row, ROW_BYTES, sig + (par * (WORLD + 1) + me) * MAX_T + row, e, owner)
-        wait_ge(ag_sig, e)
-        reduced = _load_row(ag_row, offs, mask, True)
-    else:
+def _slot(region, e, src, idx, NROWS, H, WORLD: tl.constexpr):
+    """Row ``idx`` from rank ``src`` in half ``e % 2`` of a ``[2, WORLD, NROWS, H]`` landing region."""
+    return region + (((e % 2) * WORLD + src) * NROWS + idx) * H
+
+
+@triton.jit
+def _signal(sig, e, src, row, MAX_T, WORLD: tl.constexpr):
+    """Signal word (e % 2, src, row) of the ``[2, WORLD + 1, MAX_T]`` signals (src == WORLD: all-gather)."""
+    return sig + ((e % 2) * (WORLD + 1) + src) * MAX_T + row
+
+
+@triton.jit
+def _ag_row(ag, e, row, MAX_T, H):
+    """Row ``row`` in half ``e % 2`` of the ``[2, MAX_T, H]`` all-gather region."""
+    return ag + ((e % 2) * MAX_T + row) * H
+
+
+@triton.jit
+def _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, eps):
+    """Residual add and RMSNorm of one row from its all-reduced value (fp32); stores both outputs."""
+    dtype = res_ptr.dtype.element_ty
+    r = reduced + tl.load(res_ptr + row * H + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    tl.store(res_out_ptr + row * H + offs, r.to(dtype), mask=mask)
+    inv = tl.rsqrt(tl.sum(r * r, axis=0) / H + eps)
+    tl.store(norm_ptr + row * H + offs, (r * inv * w).to(dtype), mask=mask)
+
+
+@triton.jit
+def _oneshot(
+    x_ptr, res_ptr, norm_ptr, res_out_ptr, land, sig, cnt_ptr, w, offs, mask,
+    T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD: tl.constexpr,
+):  # fmt: skip
+    """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish."""
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        e = _epoch(cnt_ptr, row)
+        for i in tl.static_range(1, WORLD):
+            put_row(_slot(land, e, me, row, ROWS, H, WORLD), x_ptr + row * H, row_bytes, (me + i) % WORLD)
+    complete_puts()
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        e = _epoch(cnt_ptr, row)
+        for i in tl.static_range(1, WORLD):
+            signal_set(_signal(sig, e, me, row, MAX_T, WORLD), e, (me + i) % WORLD)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        e = _epoch(cnt_ptr, row)
         acc = tl.zeros_like(offs).to(tl.float32)
         for src in tl.static_range(WORLD):
             if src == me:
-                v = _load_row(x_row, offs, mask, False)
+                v = _load_row(x_ptr + row * H, offs, mask, False)
             else:
-                wait_ge(sig + (par * (WORLD + 1) + src) * MAX_T + row, e)
-                v = _load_row(rs + ((par * WORLD + src) * RS_ROWS + row // WORLD) * H, offs, mask, True)
+                wait_ge(_signal(sig, e, src, row, MAX_T, WORLD), e)
+                v = _load_row(_slot(land, e, src, row, ROWS, H, WORLD), offs, mask, True)
             acc += v
-        rounded = acc.to(ag.dtype.element_ty)
-        tl.store(ag_row + offs, rounded, mask=mask)
-        block_sync()
-        for i in tl.static_range(1, WORLD):
-            push_row(ag_row, ag_row, ROW_BYTES, ag_sig, e, (me + i) % WORLD)
-        reduced = rounded.to(tl.float32)
-    return reduced
+        tl.store(cnt_ptr + row, e)
+        reduced = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
+        _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, eps)
+
+
+@triton.jit
+def _twoshot(
+    x_ptr, res_ptr, norm_ptr, res_out_ptr, rs, ag, sig, cnt_ptr, w, offs, mask,
+    T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD: tl.constexpr,
+):  # fmt: skip
+    """Phase 1: reduce-scatter pushes. Phase 2: reduce the owned rows into the all-gather slots, push
+    them to every peer. Phase 3: per row, wait for the all-gather, finish."""
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        owner = (row % WORLD).to(tl.int32)
+        if owner != me:
+            e = _epoch(cnt_ptr, row)
+            put_row(_slot(rs, e, me, row // WORLD, RS_ROWS, H, WORLD), x_ptr + row * H, row_bytes, owner)
+    complete_puts()
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        owner = (row % WORLD).to(tl.int32)
+        if owner != me:
+            e = _epoch(cnt_ptr, row)
+            signal_set(_signal(sig, e, me, row, MAX_T, WORLD), e, owner)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        if row % WORLD == me:
+            e = _epoch(cnt_ptr, row)
+            acc = tl.zeros_like(offs).to(tl.float32)
+            for src in tl.static_range(WORLD):
+                if src == me:
+                    v = _load_row(x_ptr + row * H, offs, mask, False)
+                else:
+                    wait_ge(_signal(sig, e, src, row, MAX_T, WORLD), e)
+                    v = _load_row(_slot(rs, e, src, row // WORLD, RS_ROWS, H, WORLD), offs, mask, True)
+                acc += v
+            tl.store(_ag_row(ag, e, row, MAX_T, H) + offs, acc.to(ag.dtype.element_ty), mask=mask)
+    block_sync()  # the puts read all-gather rows that other threads of the block stored
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        if row % WORLD == me:
+            ag_row = _ag_row(ag, _epoch(cnt_ptr, row), row, MAX_T, H)
+            for i in tl.static_range(1, WORLD):
+                put_row(ag_row, ag_row, row_bytes, (me + i) % WORLD)
+    complete_puts()
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        if row % WORLD == me:
+            e = _epoch(cnt_ptr, row)
+            for i in tl.static_range(1, WORLD):
+                signal_set(_signal(sig, e, WORLD, row, MAX_T, WORLD), e, (me + i) % WORLD)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        e = _epoch(cnt_ptr, row)
+        if row % WORLD != me:
+            wait_ge(_signal(sig, e, WORLD, row, MAX_T, WORLD), e)
+        reduced = _load_row(_ag_row(ag, e, row, MAX_T, H), offs, mask, True)
+        tl.store(cnt_ptr + row, e)
+        _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, eps)
 
 
 @triton.jit
@@ -123,48 +230,24 @@ def fused_allreduce_rmsnorm_kernel(
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dtype = x_ptr.dtype.element_ty
-    row_bytes = H.to(tl.int64) * (dtype.primitive_bitwidth // 8)
-    for step in range(tl.program_id(0), T, tl.num_programs(0)):
-        row = step.to(tl.int64)
-        x_row = x_ptr + row * H
-        if ALGO == 0:
-            reduced = tl.load(x_row + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(
+    row_bytes = H.to(tl.int64) * (x_ptr.dtype.element_ty.primitive_bitwidth // 8)
+    if ALGO == 0:
+        for step in range(tl.program_id(0), T, tl.num_programs(0)):
+            row = step.to(tl.int64)
+            reduced = tl.load(x_ptr + row * H + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(
                 tl.float32
             )
-        else:
-            e = tl.load(cnt_ptr + row) + 1
-            par = e % 2
-            if ALGO == 1:
-                acc = _oneshot_reduce(
-                    x_row, land_ptr, sig_ptr, row, e, par, me, offs, mask, H, MAX_T, ROWS, row_bytes, WORLD
-                )
-            else:
-                acc = _twoshot_reduce(
-                    x_row,
-                    rs_ptr,
-                    ag_ptr,
-                    sig_ptr,
-                    row,
-                    e,
-                    par,
-                    me,
-                    offs,
-                    mask,
-                    H,
-                    MAX_T,
-                    RS_ROWS,
-                    row_bytes,
-                    WORLD,
-                )
-            reduced = acc.to(dtype).to(tl.float32)
-            tl.store(cnt_ptr + row, e)
-        r = reduced + tl.load(
-            res_ptr + row * H + offs, mask=mask, other=0.0, eviction_policy="evict_first"
-        ).to(tl.float32)
-        tl.store(res_out_ptr + row * H + offs, r.to(dtype), mask=mask)
-        inv = tl.rsqrt(tl.sum(r * r, axis=0) / H + eps)
-        tl.store(norm_ptr + row * H + offs, (r * inv * w).to(dtype), mask=mask)
+            _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, eps)
+    elif ALGO == 1:
+        _oneshot(
+            x_ptr, res_ptr, norm_ptr, res_out_ptr, land_ptr, sig_ptr, cnt_ptr, w, offs, mask,
+            T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD,
+        )  # fmt: skip
+    else:
+        _twoshot(
+            x_ptr, res_ptr, norm_ptr, res_out_ptr, rs_ptr, ag_ptr, sig_ptr, cnt_ptr, w, offs, mask,
+            T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD,
+        )  # fmt: skip
 
 
 def kernel_source(algo: int, world: int, block_h: int, dtype: str, aligned: bool) -> ASTSource:
