@@ -125,6 +125,25 @@ def test_system_fences_are_outside_every_loop(algo, world):
     assert not [i for i in fenced if _in_cycle(i, succ)]
 
 
+@pytest.mark.parametrize("hidden", [512, 2048, 4096, 8192, 16384])
+def test_oneshot_row_batches_do_not_spill(hidden, tmp_path):
+    """The one-shot kernel finishes several rows at once (arn_kernels._oneshot's R); with the plan's
+    warps that must stay in registers (ptxas -v, sm_90a): 4 rows of 512 in one warp spilled."""
+    import subprocess
+
+    from triton import knobs
+
+    src, warps = aot.variant(Algorithm.ONESHOT, 2, hidden, "bf16")
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(_compile(src, warps).asm["ptx"])
+    report = subprocess.run(
+        [knobs.nvidia.ptxas.path, "-v", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True, text=True, check=True,
+    ).stderr  # fmt: skip
+    spills = re.findall(r"(\d+) bytes spill stores", report)
+    assert spills and all(int(n) == 0 for n in spills), report
+
+
 def test_warm_jobs_cover_every_launch_variant():
     jobs = aot.warm_jobs([2048, 7168], [1, 2, 4], 90)
     assert len(jobs) == 2 * 2 * (1 + 2 + 2)
