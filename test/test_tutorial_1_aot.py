@@ -114,29 +114,15 @@ def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world):
     assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)
 
 
-def _fence_sites(algo: Algorithm, world: int) -> tuple[list[int], list[int]]:
-    """(fenced blocks outside every cycle, fenced blocks on a cycle) of the kernel's control flow graph."""
+@pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.ONESHOT, 8), (Algorithm.TWOSHOT, 4)])
+def test_system_fences_are_outside_every_loop(algo, world):
+    """complete_puts' system-scope fence runs once per batch of rows: no cycle of the kernel's control
+    flow graph passes through a system-scope fence (a per-row put-with-signal puts one in the row loop)."""
     src, warps = aot.variant(algo, world, 2048, "bf16")
     blocks, succ = _entry_cfg(_compile(src, warps).asm["ptx"])
     fenced = [i for i, block in enumerate(blocks) if any(_SYS_FENCE.search(line) for line in block)]
     assert fenced, "no system-scope fence: complete_puts (nvshmem_quiet) is missing"
-    looped = [i for i in fenced if _in_cycle(i, succ)]
-    return [i for i in fenced if i not in looped], looped
-
-
-@pytest.mark.parametrize("world", [2, 8])
-def test_oneshot_completes_puts_once_per_batch(world):
-    """One-shot completes its puts (a system-scope fence) once before its batch loop, for the first
-    batch, and at one place inside it, after the next batch's puts; a put-with-signal per row would
-    put the fence in the row loop only."""
-    outside, looped = _fence_sites(Algorithm.ONESHOT, world)
-    assert len(outside) == 1 and len(looped) <= 1
-
-
-def test_twoshot_fences_are_outside_every_loop():
-    """Two-shot completes each of its two batches of puts once: no cycle passes through a fence."""
-    outside, looped = _fence_sites(Algorithm.TWOSHOT, 4)
-    assert outside and not looped
+    assert not [i for i in fenced if _in_cycle(i, succ)]
 
 
 @pytest.mark.parametrize("hidden", [512, 2048, 4096, 8192, 16384])

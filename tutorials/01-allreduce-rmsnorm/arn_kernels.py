@@ -120,54 +120,30 @@ def _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, 
 
 
 @triton.jit
-def _push_rows(x_ptr, land, cnt_ptr, pid, grid, j0, n_mine, me, ROWS, H, row_bytes,
-               WORLD: tl.constexpr, R: tl.constexpr):  # fmt: skip
-    """Non-blocking puts of the program's rows j0 .. j0 + R - 1 (those below ``n_mine``) to every peer."""
-    for r in range(0, R):
-        if j0 + r < n_mine:
-            row = (pid + (j0 + r) * grid).to(tl.int64)
-            e = _epoch(cnt_ptr, row)
-            for i in tl.static_range(1, WORLD):
-                put_row(_slot(land, e, me, row, ROWS, H, WORLD), x_ptr + row * H, row_bytes, (me + i) % WORLD)
-
-
-@triton.jit
-def _signal_rows(sig, cnt_ptr, pid, grid, j0, n_mine, me, MAX_T, WORLD: tl.constexpr, R: tl.constexpr):
-    """Set the signals of the program's rows j0 .. j0 + R - 1 (below ``n_mine``) on every peer."""
-    for r in range(0, R):
-        if j0 + r < n_mine:
-            row = (pid + (j0 + r) * grid).to(tl.int64)
-            e = _epoch(cnt_ptr, row)
-            for i in tl.static_range(1, WORLD):
-                signal_set(_signal(sig, e, me, row, MAX_T, WORLD), e, (me + i) % WORLD)
-
-
-@triton.jit
 def _oneshot(
     x_ptr, res_ptr, norm_ptr, res_out_ptr, land, sig, cnt_ptr, w, offs, mask,
     T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
-    """The program's rows (pid, pid + grid, ...) in batches of R, software-pipelined: batch 0 is pushed
-    to every peer, completed and signalled first; then for each batch b, the puts of batch b + 1 are
-    issued, batch b is finished (wait for every peer's signals, sum in rank order, epilogue), and
-    batch b + 1 is completed and signalled. So pushes over NVLink overlap the local work, and every
-    batch's signals are set before its wait: program p waits only for programs p of other ranks,
-    which signal a batch before they wait for it, so the waits cannot deadlock.
-
-    A batch's R rows are finished as one 2-D tile, so that their loads are in flight together. With
-    arn_plan's warps (BLOCK_H / 512, 1 to 8) that is at most 64 elements per thread and tensor, and
-    ptxas (sm_90a) spills nothing; 4 rows of 512 in one warp did spill."""
+    """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish,
+    R rows of the program at a time, so that several rows' loads are in flight. With arn_plan's warps
+    (BLOCK_H / 512, 1 to 8) that is at most 64 elements per thread and tensor, and ptxas (sm_90a)
+    spills nothing; 4 rows of 512 in one warp did spill."""
     R: tl.constexpr = 2 if BLOCK_H < 1024 else (4 if BLOCK_H <= 4096 else (2 if BLOCK_H <= 8192 else 1))
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
-    n_mine = (T - pid + grid - 1) // grid  # rows pid, pid + grid, ... below T
-    _push_rows(x_ptr, land, cnt_ptr, pid, grid, 0, n_mine, me, ROWS, H, row_bytes, WORLD, R)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        e = _epoch(cnt_ptr, row)
+        for i in tl.static_range(1, WORLD):
+            put_row(_slot(land, e, me, row, ROWS, H, WORLD), x_ptr + row * H, row_bytes, (me + i) % WORLD)
     complete_puts()
-    _signal_rows(sig, cnt_ptr, pid, grid, 0, n_mine, me, MAX_T, WORLD, R)
+    for step in range(pid, T, grid):
+        row = step.to(tl.int64)
+        e = _epoch(cnt_ptr, row)
+        for i in tl.static_range(1, WORLD):
+            signal_set(_signal(sig, e, me, row, MAX_T, WORLD), e, (me + i) % WORLD)
+    n_mine = (T - pid + grid - 1) // grid  # rows pid, pid + grid, ... below T
     for j0 in range(0, n_mine, R):
-        nxt = j0 + R
-        if nxt < n_mine:
-            _push_rows(x_ptr, land, cnt_ptr, pid, grid, nxt, n_mine, me, ROWS, H, row_bytes, WORLD, R)
         jj = j0 + tl.arange(0, R)
         row_ok = jj < n_mine
         rows = (pid + jj * grid).to(tl.int64)
@@ -189,9 +165,6 @@ def _oneshot(
         tl.store(cnt_ptr + rows, e, mask=row_ok)
         reduced = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
         _finish_rows(reduced, rows, row_ok, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, eps)
-        if nxt < n_mine:
-            complete_puts()
-            _signal_rows(sig, cnt_ptr, pid, grid, nxt, n_mine, me, MAX_T, WORLD, R)
 
 
 @triton.jit
