@@ -13,9 +13,9 @@ the previous PE with what that PE must have sent (mismatches are counted on the 
 alternate between two slots by iteration parity, so a PE one iteration ahead never overwrites a row
 still being read. At world 2 the next and the previous PE are the same peer: a ping-pong.
 
-``--variant t1`` calls Tutorial 1's own raw functions (allreduce-device.cu: push_row, and wait_ge,
-where thread 0 spins then __syncthreads); ``--variant test`` the test kernels' (test/kernels/
-shmem-device.cu: put_signal_block, and wait_signal, where every thread spins). ``--barrier`` adds
+``--variant t1`` calls Tutorial 1's own raw functions (allreduce-device.cu: put_row, complete_puts
+and signal_set, and wait_ge, where thread 0 spins then __syncthreads); ``--variant test`` the test
+kernels' (test/kernels/shmem-device.cu: put_signal_block, and wait_signal, where every thread spins). ``--barrier`` adds
 ``runtime.barrier_all()`` (nvshmemx_barrier_all_on_stream) after every launch, ``--sync-every N`` a
 host ``torch.cuda.synchronize()`` every N launches. The kernel is compiled and loaded before any PE
 communicates (``triton_raw_ext.preload``, then ``runtime.host_barrier``), and does not specialise on
@@ -53,7 +53,12 @@ for _extra in (ROOT / "test", ROOT / "tutorials" / "01-allreduce-rmsnorm"):
     if str(_extra) not in sys.path:
         sys.path.insert(0, str(_extra))
 
-from arn_kernels import push_row, wait_ge  # noqa: E402  Tutorial 1's raw functions (allreduce-device.cu)
+from arn_kernels import (  # noqa: E402  Tutorial 1's raw functions (allreduce-device.cu)
+    complete_puts,
+    put_row,
+    signal_set,
+    wait_ge,
+)
 from kernels.raw_kernels import put_signal_block, wait_signal  # noqa: E402  test/kernels/shmem-device.cu
 
 HANG_EXIT_CODE = 3
@@ -79,7 +84,9 @@ def pingpong_t1_kernel(send, recv, sig, prog, err, it, me, right, left, BLOCK: t
     tl.store(row + offs, _expected(it, me, p, n, offs, BLOCK))
     tl.debug_barrier()  # the block's stores are visible to the whole block, which reads them in the put
     slot = recv + ((it % 2) * n + p) * BLOCK
-    push_row(slot, row, BLOCK * 4, sig + p, it.to(tl.int64), right)
+    put_row(slot, row, BLOCK * 4, right)
+    complete_puts()
+    signal_set(sig + p, it.to(tl.int64), right)
     tl.store(prog + n + p, it)  # put returned
     wait_ge(sig + p, it.to(tl.int64))
     tl.store(prog + 2 * n + p, it)  # wait returned

@@ -21,8 +21,6 @@
 //    ordering, so loads the caller issues afterwards see the data that came with the signal.
 //  * block_sync: a barrier that makes the block's earlier global stores visible to the whole block
 //    (used before the block reads, as the source of a put, rows its threads just stored).
-//  * push_row (not used by the kernel; scripts/gpu/hang_probe_worker.py pings with it): one row's
-//    put_row, complete_puts and signal_set in one call (nvshmemx_putmem_signal_block).
 #include <triton_raw/nvshmem_device.h>
 
 static __device__ __forceinline__ bool first_thread(void) {
@@ -42,11 +40,6 @@ extern "C" __device__ void complete_puts(void) {
 
 extern "C" __device__ void signal_set(uint64_t *sig, long long value, int pe) {
   if (first_thread()) nvshmemx_signal_op(sig, (uint64_t)value, NVSHMEM_SIGNAL_SET, pe);
-}
-
-extern "C" __device__ void push_row(void *dst, const void *src, long long bytes, uint64_t *sig,
-                                    long long value, int pe) {
-  nvshmemx_putmem_signal_block(dst, src, (size_t)bytes, sig, (uint64_t)value, NVSHMEM_SIGNAL_SET, pe);
 }
 
 // Thread 0 spins until the local signal word reaches `value`; the barrier then releases the block.

@@ -47,10 +47,6 @@ POINTER_TYPES = {"bf16": "*bf16", "fp16": "*fp16"}
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
-def push_row(dst, src, nbytes, sig, value, pe): ...  # not used here: scripts/gpu/hang_probe_worker.py
-
-
-@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
 def put_row(dst, src, nbytes, pe): ...
 
 
