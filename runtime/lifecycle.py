@@ -339,7 +339,7 @@ def finalize(timeout_s: float | None = None) -> None:
                 if err:
                     cuda_errors.append(err)
             if session.owned:
-                step[0] = "nvshmemx_hostlib_finalize"
+                step[0] = "the device wait and nvshmemx_hostlib_finalize"
                 session.lib.trx_finalize(session.device)
 
         if not session.worker.run(teardown, limit):

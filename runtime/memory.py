@@ -116,8 +116,11 @@ def empty(
 ) -> torch.Tensor:
     """An uninitialised tensor on the symmetric heap of this GPU (collective).
 
-    ``dtype`` defaults to ``torch.get_default_dtype()``. Raises :class:`RawRuntimeError` when
-    NVSHMEM is not initialised or the heap is exhausted.
+    Waits for all work queued on this GPU first (see trx_malloc in the host helper: a barrier still
+    running on a stream must not overlap nvshmem_malloc's). ``dtype`` defaults to
+    ``torch.get_default_dtype()``. Raises :class:`RawRuntimeError` when NVSHMEM is not initialised,
+    the heap is exhausted, or that wait reports a CUDA error (then the other PEs, which wait in
+    nvshmem_malloc for this one, are told to stop through the watchdog).
     """
     import torch
 
@@ -134,10 +137,14 @@ def empty(
         out = ctypes.c_void_p()
         err = session.lib.trx_malloc(max(nbytes, 1), session.device, ctypes.byref(out))
         if err:
-            raise RawRuntimeError(
+            why = (
                 f"empty(): waiting for GPU {session.device} before nvshmem_malloc reported cudaError {err} "
                 "(a kernel failed earlier; run with CUDA_LAUNCH_BLOCKING=1 to find it); nothing was allocated"
             )
+            if session.watchdog is not None:  # the peers wait in nvshmem_malloc for this PE: end them
+                session.watchdog.post_abort(why)
+                why += ", and the other PEs were told to stop"
+            raise RawRuntimeError(why)
         ptr = out.value
         if not ptr:
             raise RawRuntimeError(

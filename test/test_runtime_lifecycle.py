@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -154,7 +155,10 @@ def test_finalize_of_a_borrowed_nvshmem_frees_but_does_not_finalize(monkeypatch:
 
 @pytest.mark.parametrize(
     ("hang_in", "step"),
-    [("finalize", "nvshmemx_hostlib_finalize"), ("free", "nvshmem_free of symmetric tensor 1 of 1")],
+    [
+        ("finalize", "the device wait and nvshmemx_hostlib_finalize"),
+        ("free", "nvshmem_free of symmetric tensor 1 of 1"),
+    ],
 )
 def test_finalize_is_bounded_and_names_the_step(monkeypatch: pytest.MonkeyPatch, hang_in: str, step: str) -> None:
     _fake_allocation(_install(monkeypatch, FakeLib(hang_in=hang_in)), 0x5000)
@@ -190,7 +194,7 @@ def test_memory_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     session = _install(monkeypatch, lib)
     with pytest.raises(RawRuntimeError, match=r"nvshmem_malloc\(40\) returned NULL on PE 0.*NVSHMEM_SYMMETRIC_SIZE"):
         runtime.empty((2, 5), torch.float32)
-    assert lib.calls == [("malloc", 40, 0)]  # waits for the session's GPU first (see trx_malloc)
+    assert lib.calls == [("malloc", 40, 0)]  # the session's device goes to trx_malloc, which waits for it
     with pytest.raises(RawRuntimeError, match="negative dimension -1"):
         runtime.empty((2, -1))
     plain = torch.zeros(4)
@@ -219,12 +223,16 @@ _EXIT_HANG = """
 def test_a_failed_wait_before_nvshmem_malloc_is_reported_and_allocates_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _install(monkeypatch, FakeLib(wait_error=700))
+    session = _install(monkeypatch, FakeLib(wait_error=700))
+    aborts: list[str] = []
+    session.watchdog = SimpleNamespace(post_abort=aborts.append)  # peers wait in nvshmem_malloc for us
     live = memory.heap_stats()["live"]
-    with pytest.raises(RawRuntimeError, match=r"waiting for GPU 0 before nvshmem_malloc reported cudaError 700.*"
-                       r"CUDA_LAUNCH_BLOCKING=1.*nothing was allocated"):  # fmt: skip
+    expected = (r"waiting for GPU 0 before nvshmem_malloc reported cudaError 700.*CUDA_LAUNCH_BLOCKING=1.*"
+                r"nothing was allocated, and the other PEs were told to stop")  # fmt: skip
+    with pytest.raises(RawRuntimeError, match=expected):
         runtime.zeros(8)
     assert memory.heap_stats()["live"] == live
+    assert len(aborts) == 1 and "cudaError 700" in aborts[0]
 
 
 def test_exit_never_hangs_on_a_stuck_teardown() -> None:
