@@ -7,7 +7,8 @@ Run under torchrun, one PE per GPU (scripts/gpu/multi_gpu_hang_probe.sh does)::
 
 Each of ``--iters`` launches of a tiny Triton kernel, queued back to back with no host sync between
 them, has every program p of every PE write a row of ints that encodes (iteration, PE, p), push it to
-the next PE with ``nvshmemx_putmem_signal_block`` (signal word p set to the iteration number), then
+the next PE with signal word p set to the iteration number (``--variant t1``: a non-blocking put,
+nvshmem_quiet, then the signal; ``--variant test``: ``nvshmemx_putmem_signal_block``), then
 wait until its own signal word p reaches the iteration number, and compare the row that arrived from
 the previous PE with what that PE must have sent (mismatches are counted on the GPU). Received rows
 alternate between two slots by iteration parity, so a PE one iteration ahead never overwrites a row

@@ -13,9 +13,11 @@
 #                    the same calling nvshmem_malloc directly, without runtime.empty's wait for the GPU:
 #                    expected to hang (shows the hazard the wait removes); not counted in the exit status
 #   pp_g1            raw NVSHMEM ping-pong (scripts/gpu/hang_probe_worker.py, Tutorial 1's own raw
-#                    functions push_row = nvshmemx_putmem_signal_block and wait_ge =
-#                    nvshmem_signal_wait_until): 2000 back-to-back launches of one program, each putting
-#                    a row with signal to the peer and waiting for the peer's signal (monotonic values)
+#                    functions put_row, complete_puts, signal_set = a non-blocking put, nvshmem_quiet,
+#                    nvshmemx_signal_op; wait_ge = nvshmem_signal_wait_until; session 4's runs used the
+#                    older push_row = nvshmemx_putmem_signal_block): 2000 back-to-back launches of one
+#                    program, each putting a row with signal to the peer and waiting for the peer's
+#                    signal (monotonic values)
 #   pp_gsms          the same with one program per SM (132 on the H200)
 #   pp_gsms_barrier  the same with runtime.barrier_all() (nvshmemx_barrier_all_on_stream) between launches
 #   t1, t1_novmm, t1_blocking
