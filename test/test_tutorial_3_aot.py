@@ -33,7 +33,8 @@ def test_kernel_compiles_for_sm90(name, src):
         assert "warp_group_dot" in ttgir, "the grouped GEMM must use Hopper's wgmma"
         assert "async_copy_global_to_local" in ttgir, "the grouped GEMM must be software-pipelined"
     if name == "moe_gemms":  # L1's weights through TMA (choose_tiles), L2's h past the L1 cache
-        assert "async_tma_copy_global_to_local" in ttgir and "cp.async.cg" in ptx
+        assert "async_tma_copy_global_to_local" in ttgir
+        assert re.search(r"async_copy_global_to_local .*cacheModifier = cg", ttgir)  # moe_l2 alone has none
         # an L1 tile releases its M tile's count; an L2 tile spins on it with acquire loads
         assert "atom.global.gpu.release.add" in ptx and "ld.global.gpu.acquire" in ptx
     if name in FP8_GEMMS:

@@ -332,6 +332,12 @@ def test_fp8_launches():
     assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 64 + 16) * (1536 // 128),)
     assert by_name["moe_l2_fp8"].grid == ((8192 // 64 + 16) * (4096 // 256),)
     assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
+    bf16_cfg, bf16_tiles = MoEConfig(4096, 1536, 32, 8, 512, world=2), choose_tiles(256, 4096, 1536)
+    with pytest.raises(ValueError, match="gemm_programs .* needs tma_l2=False"):
+        launches(bf16_cfg, dataclasses.replace(bf16_tiles, gemm_programs=132, tma_l2=True), 500)
+    (fused,) = [lc for lc in launches(bf16_cfg, dataclasses.replace(bf16_tiles, gemm_programs=132), 500)
+                if lc.name == "moe_gemms"]  # fmt: skip
+    assert fused.grid == (132,) and fused.constexprs["SCHED_P2"] >= fused.constexprs["M_TILES"] + 2
     for flag in ("tma_l1", "tma_l2"):
         with pytest.raises(ValueError, match="Tiles.tma_l1/tma_l2 are for the bf16 GEMMs"):
             launches(cfg, dataclasses.replace(tiles, **{flag: True}), 500)
@@ -368,6 +374,17 @@ def test_tune_sweeps_build_valid_launches():
             for cand in candidates:
                 names = [lc.name for lc in launches(cfg, tune_gemms._tiles(kernel, cand, base), 512)]
                 assert kernel in names, (precision, kernel, cand)
+
+
+def test_run_refuses_a_selection_that_matches_no_launch():
+    from megamoe import MegaMoE
+
+    layer = MegaMoE.__new__(MegaMoE)  # run() picks launches before it touches a GPU
+    layer.cfg, layer._launches = MoEConfig(128, 128, 2, 1, 64, 1, "bf16"), {}
+    layer.tiles = dataclasses.replace(choose_tiles(64, 128, 128), gemm_programs=4)
+    expected = r"only=\('moe_l2',\)\): no launch .* has that name or step; it has .*moe_gemms"
+    with pytest.raises(ValueError, match=expected):
+        layer.run({}, 64, only=("moe_l2",))
 
 
 def test_an_output_at_a_misaligned_address_is_refused_with_the_rule():

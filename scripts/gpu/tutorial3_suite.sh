@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tutorial 3 (MegaMoE) GPU suite, one H200, under 7 minutes: correctness at world 1 (small shapes,
 # the production per-rank load E=16 and all 128 experts local; random and skewed routing, two calls
-# per layer), the benchmark at world 1 (layer eager + CUDA graph, grouped GEMMs alone, torch
-# reference, roofline), the same at world 1 with FP8 expert GEMMs (small + E=16 cases, benchmark),
+# per layer), L1 and L2 as one persistent launch (MegaMoE(gemm_programs=SMs): small + production,
+# three poisoned calls per layer), the benchmark at world 1 (layer eager + CUDA graph, grouped GEMMs
+# alone, the persistent launch beside them, torch reference, roofline), the same at world 1 with FP8 expert GEMMs (small + E=16 cases, benchmark),
 # then world 2 and 4 in shared-GPU mode with MPS at small shapes and the production shape (E=128, 512
 # tokens per rank; world 2 also in FP8, small shapes). Every step has a timeout; a
 # PASS/FAIL table comes last; JSON and logs land in $OUT (else bench/results/).
@@ -23,6 +24,8 @@ step() {  # step NAME SECONDS CMD... : run with a hard timeout, log to $RESULTS/
 }
 step w1_small 75 python3 $T3/megamoe.py --cases small --json "$RESULTS/t3_w1_small.json"
 step w1_production 80 python3 $T3/megamoe.py --cases equiv prod --json "$RESULTS/t3_w1_production.json"
+step w1_persistent_gemms 80 python3 $T3/megamoe.py --persistent-gemms --cases small prod --routing skewed random \
+  --iters 3 --json "$RESULTS/t3_w1_persistent_gemms.json"
 step benchmark_w1 55 python3 $T3/benchmark.py --out "$RESULTS"
 step w1_fp8 75 python3 $T3/megamoe.py --precision fp8 --cases small equiv --json "$RESULTS/t3_w1_fp8.json"
 step benchmark_w1_fp8 50 python3 $T3/benchmark.py --precision fp8 --out "$RESULTS"

@@ -25,7 +25,6 @@ measured on the H200, see the README; no communication) and the fraction of it r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import functools
 import json
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         timed["megamoe_graph"] = graph.replay
         if args.precision == "bf16":  # the same layer with L1 and L2 as one persistent launch, side by side
             sms = torch.cuda.get_device_properties(dev).multi_processor_count
-            persistent = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, dataclasses.replace(layer.tiles, gemm_programs=sms))
+            persistent = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, gemm_programs=sms)
             y_persistent = torch.empty_like(x)
             graph_persistent = _graph(persistent, x, logits, y_persistent)
             p_bindings = persistent._bindings(x, logits, y_persistent)

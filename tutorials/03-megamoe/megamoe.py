@@ -28,6 +28,7 @@ Run as a script for the correctness check (PASS/FAIL table, JSON with --json)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -75,6 +76,8 @@ class MegaMoE:
     and stores (one node: NVLink, PCIe P2P or the same GPU); otherwise construction raises.
     ``precision`` is "bf16" (default) or "fp8" (e4m3 with block scales; the bf16 weights given are
     quantized here and not kept); ``tiles`` default to :func:`choose_tiles` / :func:`choose_tiles_fp8`.
+    ``gemm_programs`` > 0 (bf16) runs L1 and L2 as one persistent launch of that many programs
+    (``Tiles.gemm_programs``; the GPU's SM count is the natural choice); it was no faster on the H200.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class MegaMoE:
         tiles: Tiles | None = None,
         *,
         precision: str = "bf16",
+        gemm_programs: int = 0,
     ) -> None:
         from triton_raw_ext import runtime as rt
 
@@ -107,6 +111,8 @@ class MegaMoE:
                 )
         rows = max_tokens * world * top_k / num_experts  # expected pairs per local expert, uniform routing
         self.tiles = tiles or (choose_tiles_fp8 if precision == "fp8" else choose_tiles)(rows, hidden, intermediate)
+        if gemm_programs:
+            self.tiles = dataclasses.replace(self.tiles, gemm_programs=gemm_programs)
         # built now so that tiles unfit for the precision raise here, before any collective allocation
         self._launches: dict[int, list[KernelLaunch]] = {max_tokens: launches(self.cfg, self.tiles, max_tokens)}
         if self.tiles.tma:
@@ -186,6 +192,9 @@ class MegaMoE:
         plan = self._launches.get(tokens)
         if plan is None:
             plan = self._launches[tokens] = launches(self.cfg, self.tiles, tokens)
+        if only and not any(launch.name in only or launch.step in only for launch in plan):
+            names = [lc.name for lc in plan]
+            raise ValueError(f"run(only={only}): no launch of this layer has that name or step; it has {names}")
         for launch in plan:
             if only and launch.name not in only and launch.step not in only:
                 continue
@@ -329,9 +338,17 @@ def bookkeeping_errors(layer: MegaMoE, ids_all: list[torch.Tensor], tokens_all: 
 
 
 def check_case(
-    case: tuple[int, int, int, int, int], skewed: bool, iters: int, seed: int, precision: str = "bf16"
+    case: tuple[int, int, int, int, int],
+    skewed: bool,
+    iters: int,
+    seed: int,
+    precision: str = "bf16",
+    gemm_programs: int = 0,
 ) -> dict:
     """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row.
+
+    ``gemm_programs``: as MegaMoE's; the work counters of the persistent launch must be back at zero
+    after every call.
 
     bf16: against the float32 reference (TOL_NORM, TOL_ROW). fp8: weights and tokens scaled by
     :func:`block_gains`; the quantized tokens must equal ``moe_quant.quantize_rows`` bit for bit and
@@ -359,9 +376,8 @@ def check_case(
     }  # fmt: skip
     errors: list[str] = []
     worst_norm = worst_row = worst_fp32 = 0.0
-    with MegaMoE(
-        h, i, e, k, t_max, w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc], precision=precision
-    ) as layer:
+    w1_loc, w2_loc = w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc]
+    with MegaMoE(h, i, e, k, t_max, w1_loc, w2_loc, precision=precision, gemm_programs=gemm_programs) as layer:
         for it in range(iters):
             t = t_max - (it * 7 + me) % max(1, t_max // 4)  # ranks and calls differ in token count
             x, logits = make_inputs(t, h, e, skewed, seed * 1000 + it * 10 + me, dev)
@@ -386,6 +402,8 @@ def check_case(
             ids_all = _all_gather_cpu(padded, world)
             tokens_all = [int(v) for v in _all_gather_cpu(torch.tensor([t]), world)]
             errors += [f"call {it}: {m}" for m in bookkeeping_errors(layer, ids_all, tokens_all)]
+            if layer.local["gemm_sched"].any():
+                errors.append(f"call {it}: moe_gemms left its work counters at {layer.local['gemm_sched'].tolist()}")
             if fp8:
                 xq, xs = quantize_rows(x)
                 if not (
@@ -418,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--precision", default="bf16", choices=PRECISIONS, help="fp8: e4m3 GEMMs, cases with H, I % 128 == 0"
     )
+    parser.add_argument(
+        "--persistent-gemms", action="store_true", help="bf16: L1 and L2 as one persistent launch (one program per SM)"
+    )
     parser.add_argument("--json", type=Path, help="write the result rows here (rank 0)")
     args = parser.parse_args(argv)
 
@@ -425,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rt.init()
     world, me = rt.n_pes(), rt.my_pe()
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    gemm_programs = sms if args.persistent_gemms else 0
     rows = []
     start = time.time()
     for name in args.cases:
@@ -433,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for routing in args.routing:
                 print(f"rank {me}: case {name} {case} {routing}: started", file=sys.stderr, flush=True)
-                rows.append(check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision))
+                rows.append(
+                    check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision, gemm_programs)
+                )
                 rows[-1]["case"] = name
                 verdict = "ok" if rows[-1]["ok"] else "FAIL"
                 print(f"rank {me}: case {name} {case} {routing}: {verdict}", file=sys.stderr, flush=True)

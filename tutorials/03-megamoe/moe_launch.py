@@ -268,6 +268,8 @@ def _fused_gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
     m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, tiles.block_m)
     if m_tiles + 2 > cfg.gemm_sched_len:
         raise ValueError(f"block_m={tiles.block_m}: moe_gemms needs block_m >= 16")
+    if tiles.tma_l2:  # TMA reads of h written by generic stores of other programs need a proxy fence
+        raise ValueError("Tiles.gemm_programs (one persistent GEMM launch) needs tma_l2=False")
     return [
         KernelLaunch(
             "moe_gemms",
