@@ -85,18 +85,35 @@ def _gemm(
 ) -> tuple[dict[str, int], dict[str, Any]]:
     """(constexprs, launch options) of a grouped GEMM with ``n`` output columns in tiles of ``block_n``;
     ``blocks``: the kernel's tile constexprs besides BLOCK_M."""
-    m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, tiles.block_m)
-    constexprs = dict(
+    constexprs = _gemm_constexprs(cfg, tiles, **blocks)
+    grid = (constexprs["M_TILES"] * (n // block_n),)
+    return constexprs, dict(grid=grid, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+
+
+def _gemm_constexprs(cfg: MoEConfig, tiles: Tiles, **blocks: int) -> dict[str, int]:
+    """The constexprs every grouped-GEMM kernel takes (shapes, BLOCK_M, the M-tile bound and order),
+    with the kernel's own ``blocks``."""
+    return dict(
         H=cfg.hidden,
         INTER=cfg.intermediate,
         E_LOC=cfg.local_experts,
         E_P2=next_pow2(cfg.local_experts),
         BLOCK_M=tiles.block_m,
         **blocks,
-        M_TILES=m_tiles,
+        M_TILES=max_m_tiles(cfg.pair_capacity, cfg.local_experts, tiles.block_m),
         GROUP_M=tiles.group_m,
     )
-    return constexprs, dict(grid=(m_tiles * (n // block_n),), num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+
+
+def _l1_params(cfg: MoEConfig) -> tuple[tuple[str, str, str], ...]:
+    """Runtime parameters of the bf16 L1 (``moe_l1_swiglu``), which ``moe_gemms`` starts with."""
+    return (
+        _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
+        _p("sorted_row", "sorted_row", "*i32"),
+        _p("counters_ptr", "counters", "*i32"),
+        _p("w1_ptr", "w1", "*bf16"),
+        _p("h_ptr", "h", "*bf16"),
+    )
 
 
 def _plan(cfg: MoEConfig) -> KernelLaunch:
@@ -235,19 +252,7 @@ def _gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
         PAIRS=cfg.pair_capacity,
     )
     return [
-        KernelLaunch(
-            "moe_l1_swiglu",
-            K.moe_l1_swiglu,
-            (
-                _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
-                _p("sorted_row", "sorted_row", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w1_ptr", "w1", "*bf16"),
-                _p("h_ptr", "h", "*bf16"),
-            ),
-            l1,
-            **l1_opts,
-        ),
+        KernelLaunch("moe_l1_swiglu", K.moe_l1_swiglu, _l1_params(cfg), l1, **l1_opts),
         KernelLaunch(
             "moe_l2",
             K.moe_l2,
@@ -265,41 +270,27 @@ def _gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
 
 def _fused_gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
     """bf16 L1 and L2 as one persistent launch of ``tiles.gemm_programs`` programs (``moe_gemms``)."""
-    m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, tiles.block_m)
+    constexprs = _gemm_constexprs(
+        cfg, tiles, BLOCK_N1=tiles.block_n1, BLOCK_N2=tiles.block_n2, BLOCK_K=tiles.block_k, TMA1=tiles.tma_l1,
+        TMA2=tiles.tma_l2, PAIRS=cfg.pair_capacity,
+    )  # fmt: skip
+    m_tiles = constexprs["M_TILES"]
     if m_tiles + 2 > cfg.gemm_sched_len:
         raise ValueError(f"block_m={tiles.block_m}: moe_gemms needs block_m >= 16")
     if tiles.tma_l2:  # TMA reads of h written by generic stores of other programs need a proxy fence
         raise ValueError("Tiles.gemm_programs (one persistent GEMM launch) needs tma_l2=False")
+    constexprs["SCHED_P2"] = next_pow2(m_tiles + 2)
     return [
         KernelLaunch(
             "moe_gemms",
             K.moe_gemms,
             (
-                _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
-                _p("sorted_row", "sorted_row", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w1_ptr", "w1", "*bf16"),
-                _p("h_ptr", "h", "*bf16"),
+                *_l1_params(cfg),
                 _p("w2_ptr", "w2", "*bf16"),
                 _p("y_ptr", "y_pair", "*bf16"),
                 _p("sched_ptr", "gemm_sched", "*i32"),
             ),
-            dict(
-                H=cfg.hidden,
-                INTER=cfg.intermediate,
-                E_LOC=cfg.local_experts,
-                E_P2=next_pow2(cfg.local_experts),
-                BLOCK_M=tiles.block_m,
-                BLOCK_N1=tiles.block_n1,
-                BLOCK_N2=tiles.block_n2,
-                BLOCK_K=tiles.block_k,
-                M_TILES=m_tiles,
-                GROUP_M=tiles.group_m,
-                TMA1=tiles.tma_l1,
-                TMA2=tiles.tma_l2,
-                PAIRS=cfg.pair_capacity,
-                SCHED_P2=next_pow2(m_tiles + 2),
-            ),
+            constexprs,
             grid=(tiles.gemm_programs,),
             num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
