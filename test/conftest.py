@@ -45,6 +45,24 @@ def aot(fn, signature: dict[str, str], constexprs: dict[str, object] | None = No
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options or None)
 
 
+def assert_no_spills(ptx: str, tmp_path: Path) -> None:
+    """Assemble ``ptx`` with Triton's ptxas for sm_90a (``-v``) and require 0 bytes of spill stores in
+    every function it reports."""
+    import re
+    import subprocess
+
+    from triton import knobs
+
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    report = subprocess.run(
+        [knobs.nvidia.ptxas.path, "-v", "-arch=sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
+        capture_output=True, text=True, check=True,
+    ).stderr  # fmt: skip
+    spills = re.findall(r"(\d+) bytes spill stores", report)
+    assert spills and all(int(n) == 0 for n in spills), report
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 

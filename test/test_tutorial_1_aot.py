@@ -21,7 +21,7 @@ triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")
 
 from arn_plan import Algorithm  # noqa: E402
-from conftest import load_tutorial_aot  # noqa: E402
+from conftest import assert_no_spills, load_tutorial_aot  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 aot = load_tutorial_aot("01-allreduce-rmsnorm")
@@ -129,19 +129,8 @@ def test_system_fences_are_outside_every_loop(algo, world):
 def test_oneshot_row_batches_do_not_spill(hidden, tmp_path):
     """The one-shot kernel finishes several rows at once (arn_kernels._oneshot's R); with the plan's
     warps that must stay in registers (ptxas -v, sm_90a): 4 rows of 512 in one warp spilled."""
-    import subprocess
-
-    from triton import knobs
-
     src, warps = aot.variant(Algorithm.ONESHOT, 2, hidden, "bf16")
-    ptx = tmp_path / "k.ptx"
-    ptx.write_text(_compile(src, warps).asm["ptx"])
-    report = subprocess.run(
-        [knobs.nvidia.ptxas.path, "-v", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "k.cubin")],
-        capture_output=True, text=True, check=True,
-    ).stderr  # fmt: skip
-    spills = re.findall(r"(\d+) bytes spill stores", report)
-    assert spills and all(int(n) == 0 for n in spills), report
+    assert_no_spills(_compile(src, warps).asm["ptx"], tmp_path)
 
 
 def test_warm_jobs_cover_every_launch_variant():

@@ -13,7 +13,7 @@ from triton.backends.compiler import GPUTarget
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
 sys.path.insert(0, str(TUTORIAL))
 
-from conftest import load_tutorial_aot  # noqa: E402
+from conftest import assert_no_spills, load_tutorial_aot  # noqa: E402
 
 aot = load_tutorial_aot("03-megamoe")
 
@@ -111,17 +111,6 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
 def test_grouped_gemm_tiles_do_not_spill(name, tmp_path):
     """The tiles the layer picks keep every GEMM's registers out of local memory (ptxas -v, sm_90a):
     the first fp8 tiles spilled 84 and 240 B and were slower than bf16 on the H200."""
-    import subprocess
-
-    from triton import knobs
-
     (src,) = [s for n, s in KERNELS if n == name]
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=aot.options_for(name))
-    ptx = tmp_path / f"{name}.ptx"
-    ptx.write_text(compiled.asm["ptx"])
-    report = subprocess.run(
-        [knobs.nvidia.ptxas.path, "-v", "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "out.cubin")],
-        capture_output=True, text=True, check=True,
-    ).stderr  # fmt: skip
-    spills = re.findall(r"(\d+) bytes spill stores", report)
-    assert spills and all(int(n) == 0 for n in spills), report
+    assert_no_spills(compiled.asm["ptx"], tmp_path)

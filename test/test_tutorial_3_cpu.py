@@ -84,6 +84,13 @@ def test_tiles_and_launch_grids():
     # big loads: L1's weights through TMA (faster on the H200), L2 with pointers (slower through TMA)
     assert (by_name["moe_l1_swiglu"].constexprs["TMA"], by_name["moe_l2"].constexprs["TMA"]) == (True, False)
     assert not choose_tiles(32, 4096, 1536).tma
+    # L1 and L2 as one persistent launch: the grid is the program count, the counters fit gemm_sched
+    with pytest.raises(ValueError, match="gemm_programs .* needs tma_l2=False"):
+        launches(cfg, dataclasses.replace(tiles, gemm_programs=132, tma_l2=True), 500)
+    (fused,) = [lc for lc in launches(cfg, dataclasses.replace(tiles, gemm_programs=132), 500)
+                if lc.name == "moe_gemms"]  # fmt: skip
+    assert fused.grid == (132,) and fused.constexprs["SCHED_P2"] >= fused.constexprs["M_TILES"] + 2
+    assert fused.constexprs["M_TILES"] + 2 <= cfg.gemm_sched_len
     assert (choose_tiles(256, 4160, 1600).block_n1, choose_tiles(256, 4160, 1600).block_n2) == (64, 64)
     with pytest.raises(ValueError, match="divide"):
         choose_tiles(256, 4096, 1000)
@@ -332,12 +339,6 @@ def test_fp8_launches():
     assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 64 + 16) * (1536 // 128),)
     assert by_name["moe_l2_fp8"].grid == ((8192 // 64 + 16) * (4096 // 256),)
     assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
-    bf16_cfg, bf16_tiles = MoEConfig(4096, 1536, 32, 8, 512, world=2), choose_tiles(256, 4096, 1536)
-    with pytest.raises(ValueError, match="gemm_programs .* needs tma_l2=False"):
-        launches(bf16_cfg, dataclasses.replace(bf16_tiles, gemm_programs=132, tma_l2=True), 500)
-    (fused,) = [lc for lc in launches(bf16_cfg, dataclasses.replace(bf16_tiles, gemm_programs=132), 500)
-                if lc.name == "moe_gemms"]  # fmt: skip
-    assert fused.grid == (132,) and fused.constexprs["SCHED_P2"] >= fused.constexprs["M_TILES"] + 2
     for flag in ("tma_l1", "tma_l2"):
         with pytest.raises(ValueError, match="Tiles.tma_l1/tma_l2 are for the bf16 GEMMs"):
             launches(cfg, dataclasses.replace(tiles, **{flag: True}), 500)
