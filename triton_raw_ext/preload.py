@@ -8,9 +8,10 @@ a kernel waiting for another rank's next launch, the host never gets to make tha
 loading (``cuModuleLoadData``, library kernels) carries the same documented hazard. Loading every
 kernel of a communicating op at construction, then lining the ranks up with
 :func:`triton_raw_ext.runtime.host_barrier`, keeps loads (and JIT compiles) out of the
-communication. On 2 H200s a rank was found inside a kernel load while its peer's GPU waited for it;
-with preloading the same checks still hung, with every rank waiting on its GPU
-(bench/results/multi_gpu-2026-11-29/): that hang has a second cause, which preloading does not fix.
+communication. On 2 H200s a rank was found inside a kernel load while its peer's GPU waited for it
+(bench/results/multi_gpu-2026-11-29/). Those checks kept hanging after preloading for another reason,
+overlapping NVSHMEM barriers during allocation, which the runtime fixed in session 4
+(bench/results/session4-2026-11-29/).
 
 Contracts:
 
