@@ -91,6 +91,8 @@ def test_tiles_and_launch_grids():
                 if lc.name == "moe_gemms"]  # fmt: skip
     assert fused.grid == (132,) and fused.constexprs["SCHED_P2"] >= fused.constexprs["M_TILES"] + 2
     assert fused.constexprs["M_TILES"] + 2 <= cfg.gemm_sched_len
+    with pytest.raises(ValueError, match="block_m=8: moe_gemms needs block_m >= 16"):
+        launches(cfg, dataclasses.replace(tiles, block_m=8, gemm_programs=132), 500)
     assert (choose_tiles(256, 4160, 1600).block_n1, choose_tiles(256, 4160, 1600).block_n2) == (64, 64)
     with pytest.raises(ValueError, match="divide"):
         choose_tiles(256, 4096, 1000)
@@ -339,6 +341,8 @@ def test_fp8_launches():
     assert by_name["moe_l1_swiglu_fp8"].grid == ((8192 // 64 + 16) * (1536 // 128),)
     assert by_name["moe_l2_fp8"].grid == ((8192 // 64 + 16) * (4096 // 256),)
     assert [lc.name for lc in plan if lc.barrier_before] == ["moe_dispatch_fp8", "moe_reduce"]
+    with pytest.raises(ValueError, match=r"Tiles.gemm_programs \(one persistent GEMM launch\) is bf16 only"):
+        launches(cfg, dataclasses.replace(tiles, gemm_programs=132), 500)
     for flag in ("tma_l1", "tma_l2"):
         with pytest.raises(ValueError, match="Tiles.tma_l1/tma_l2 are for the bf16 GEMMs"):
             launches(cfg, dataclasses.replace(tiles, **{flag: True}), 500)
