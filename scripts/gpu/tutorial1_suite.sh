@@ -6,8 +6,7 @@
 # a step that would start with less than 20 s left is skipped and counted as FAIL. Two files go to $OUT
 # (else bench/results/t1_<date>/): suite_t1.json (date, GPU, versions, command, every step's result and
 # numbers) and suite_t1.log (every step's output); a PASS/FAIL table is printed last.
-# Optional: a folder of clang-22 .deb files (T1_CLANG_DEBS, default .debs) is unpacked when the plugin
-# finds no clang on the machine.
+# Carry .debs/ when the machine has no clang (scripts/gpu/setup.sh unpacks it).
 set -u
 cd "$(dirname "$0")/../.."
 export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
@@ -18,13 +17,13 @@ RES=$(results_dir t1)
 WORK=$(mktemp -d /tmp/t1_suite.XXXXXX)  # per-step logs and JSON, merged into $RES at the end
 BUDGET="${SUITE_BUDGET_S:-345}"
 START=$(date +%s)
-NAMES=(); RESULTS=(); SECS=()
+NAMES=(); OUTCOMES=(); SECS=()
 
 run_step() {  # run_step NAME LIMIT_S CMD...: run under timeout, log to $WORK/NAME.log, record the result
     local name=$1 limit=$2; shift 2
     local left=$(( BUDGET - ($(date +%s) - START) ))
     if (( left < 20 )); then
-        NAMES+=("$name"); RESULTS+=("SKIP(budget)"); SECS+=(0); echo "== $name: skipped, ${left}s left"; return
+        NAMES+=("$name"); OUTCOMES+=("SKIP(budget)"); SECS+=(0); echo "== $name: skipped, ${left}s left"; return
     fi
     (( limit > left - 5 )) && limit=$(( left - 5 ))
     echo "== $name (limit ${limit}s): $*"
@@ -34,23 +33,16 @@ run_step() {  # run_step NAME LIMIT_S CMD...: run under timeout, log to $WORK/NA
     local dt=$(( $(date +%s) - t0 ))
     tail -n 12 "$WORK/$name.log"
     NAMES+=("$name"); SECS+=("$dt")
-    if (( rc == 0 )); then RESULTS+=("PASS"); elif (( rc == 124 || rc == 137 )); then RESULTS+=("FAIL(timeout)");
-    else RESULTS+=("FAIL(rc=$rc)"); fi
+    if (( rc == 0 )); then OUTCOMES+=("PASS"); elif (( rc == 124 || rc == 137 )); then OUTCOMES+=("FAIL(timeout)");
+    else OUTCOMES+=("FAIL(rc=$rc)"); fi
 }
 
+source scripts/gpu/setup.sh  # the plugin on PYTHONPATH, clang from .debs/ when the machine has none
+set +e
 MPS_ON=0
 stop_mps() { if (( MPS_ON )); then echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; MPS_ON=0; fi; }
 trap stop_mps EXIT
 
-# 0. toolchain: clang for the .cu files (unpack carried debs if the plugin finds none)
-if ! python3 -c "from triton_raw_ext.toolchain import find_clang; find_clang()" >/dev/null 2>&1; then
-    DEBS="${T1_CLANG_DEBS:-.debs}"
-    if ls "$DEBS"/*.deb >/dev/null 2>&1; then
-        for f in "$DEBS"/*.deb; do dpkg -x "$f" /tmp/t1_clang; done
-        export TRITON_RAW_CLANG=/tmp/t1_clang/usr/lib/llvm-22/bin/clang
-        export LD_LIBRARY_PATH="/tmp/t1_clang/usr/lib/x86_64-linux-gnu:/tmp/t1_clang/usr/lib/llvm-22/lib:${LD_LIBRARY_PATH:-}"
-    fi
-fi
 run_step toolchain 60 python3 -c "
 import torch, triton
 from triton_raw_ext.toolchain import find_clang
@@ -76,6 +68,8 @@ run_step correct_w2 75 $TR --nproc_per_node=2 "$T1/allreduce.py" --graph-tokens 
     --json "$WORK/correct_w2.json"
 run_step correct_w2_twoshot 45 $TR --nproc_per_node=2 "$T1/allreduce.py" --algorithm twoshot \
     --tokens 1 64 1024 4096 --hidden 2048 7168 --graph-tokens 1024 --json "$WORK/correct_w2_twoshot.json"
+run_step correct_w2_twoshot_puts 45 $TR --nproc_per_node=2 "$T1/allreduce.py" --algorithm twoshot --push puts \
+    --tokens 1 64 1024 4096 --hidden 2048 7168 --graph-tokens 1024 --json "$WORK/correct_w2_twoshot_puts.json"
 run_step correct_w4 90 $TR --nproc_per_node=4 "$T1/allreduce.py" --graph-tokens 16 4096 \
     --json "$WORK/correct_w4.json"
 stop_mps
@@ -83,7 +77,7 @@ stop_mps
 # summary
 TOTAL=$(( $(date +%s) - START ))
 for n in "${NAMES[@]}"; do echo "===== $n"; cat "$WORK/$n.log" 2>/dev/null; done >"$RES/suite_t1.log"
-python3 - "$RES/suite_t1.json" "$WORK" "$TOTAL" "$*" "${NAMES[@]/#/n:}" "${RESULTS[@]/#/r:}" "${SECS[@]/#/s:}" <<'PY'
+python3 - "$RES/suite_t1.json" "$WORK" "$TOTAL" "$*" "${NAMES[@]/#/n:}" "${OUTCOMES[@]/#/r:}" "${SECS[@]/#/s:}" <<'PY'
 import datetime, json, sys
 import pathlib
 path, work, total, args = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -127,4 +121,4 @@ for (impl, t, h), r in sorted(graph.items(), key=lambda kv: -kv[0][1]):
     print(f"T={t:<5} H={h:<14} {r['p50_us']:9.2f} {base_us} {r['tbps_p50']:10.2f}  {goal}")
 print(f"total {total}s; results in {path.rsplit('/', 1)[0]}")
 PY
-for r in "${RESULTS[@]}"; do [[ $r == PASS ]] || exit 1; done
+for r in "${OUTCOMES[@]}"; do [[ $r == PASS ]] || exit 1; done
