@@ -20,7 +20,7 @@ sys.path.insert(0, str(TUTORIAL))
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")
 
-from arn_plan import Algorithm  # noqa: E402
+from arn_plan import Algorithm, Push  # noqa: E402
 from conftest import assert_no_spills, load_tutorial_aot  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
@@ -52,8 +52,11 @@ def test_local_kernel_is_vectorised_and_free_of_nvshmem():
     assert ".local" not in ptx  # no spills
 
 
-# allreduce-device.cu's put_row, complete_puts, signal_set and wait_ge; no put-with-signal per row
-PROTOCOL_NVSHMEM = {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op", "nvshmem_signal_wait_until"}
+# allreduce-device.cu's functions each push variant calls; no put-with-signal per row
+PROTOCOL_NVSHMEM = {
+    Push.PUTS: {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op", "nvshmem_signal_wait_until"},
+    Push.STORES: {"nvshmem_ptr", "nvshmemx_signal_op", "nvshmem_signal_wait_until"},
+}
 _LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
 _BRANCH = re.compile(r"^\s*(@!?%p\d+\s+)?bra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
 _SYS_FENCE = re.compile(r"\b(?:membar\.sys|fence\.(?:sc|acq_rel)\.sys)\b")
@@ -99,12 +102,13 @@ def _in_cycle(block: int, succ: list[set[int]]) -> bool:
     return False
 
 
+@pytest.mark.parametrize("push", list(Push))
 @pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.TWOSHOT, 4)])
-def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world):
-    src, warps = aot.variant(algo, world, 4096, "fp16")
+def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world, push):
+    src, warps = aot.variant(algo, world, 4096, "fp16", push)
     compiled = _compile(src, warps)
     ptx = compiled.asm["ptx"]
-    assert set(compiled.metadata.raw_nvshmem) == PROTOCOL_NVSHMEM
+    assert set(compiled.metadata.raw_nvshmem) == PROTOCOL_NVSHMEM[push]
     assert not [f for f in re.findall(r"\.extern \.func[^;]*", ptx) if "nvshmem" in f]  # all linked
     assert "nvshmemi_device_state_d" in ptx
     assert re.search(r"ld\.volatile\.global[\w.]*\.v4", ptx)  # landing rows: volatile, 16-byte
@@ -114,26 +118,43 @@ def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world):
     assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)
 
 
+@pytest.mark.parametrize("push", list(Push))
 @pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.ONESHOT, 8), (Algorithm.TWOSHOT, 4)])
-def test_system_fences_are_outside_every_loop(algo, world):
-    """complete_puts' system-scope fence runs once per batch of rows: no cycle of the kernel's control
-    flow graph passes through a system-scope fence (a per-row put-with-signal puts one in the row loop)."""
-    src, warps = aot.variant(algo, world, 2048, "bf16")
+def test_system_fences_are_outside_every_loop(algo, world, push):
+    """complete_puts' / publish_stores' system-scope fence runs once per batch of rows: no cycle of the
+    kernel's control flow graph passes through a system-scope fence (a per-row put-with-signal puts
+    one in the row loop)."""
+    src, warps = aot.variant(algo, world, 2048, "bf16", push)
     blocks, succ = _entry_cfg(_compile(src, warps).asm["ptx"])
     fenced = [i for i, block in enumerate(blocks) if any(_SYS_FENCE.search(line) for line in block)]
-    assert fenced, "no system-scope fence: complete_puts (nvshmem_quiet) is missing"
+    assert fenced, "no system-scope fence: complete_puts / publish_stores is missing"
     assert not [i for i in fenced if _in_cycle(i, succ)]
 
 
+@pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.TWOSHOT, 4)])
+def test_store_push_writes_peers_in_16_byte_vectors(algo, world):
+    """With Push.STORES the rows go to peers as plain 16-byte stores (the peer pointer keeps the
+    workspace's alignment: arn_kernels._peer); with PUTS the kernel stores only its outputs."""
+    def stores(push):
+        src, warps = aot.variant(algo, world, 2048, "bf16", push)
+        ptx = _compile(src, warps).asm["ptx"]
+        assert not re.search(r"st\.global[\w:.]*\.b16", ptx)
+        return len(re.findall(r"st\.global[\w:.]*\.v4\.b32", ptx))
+
+    assert stores(Push.STORES) > stores(Push.PUTS)
+
+
+@pytest.mark.parametrize("push", list(Push))
 @pytest.mark.parametrize("hidden", [512, 2048, 4096, 8192, 16384])
-def test_oneshot_row_batches_do_not_spill(hidden, tmp_path):
-    """The one-shot kernel finishes several rows at once (arn_kernels._oneshot's R); with the plan's
-    warps that must stay in registers (ptxas -v, sm_90a): 4 rows of 512 in one warp spilled."""
-    src, warps = aot.variant(Algorithm.ONESHOT, 2, hidden, "bf16")
+def test_oneshot_kernels_do_not_spill(hidden, push, tmp_path):
+    """With the plan's warps (arn_plan.waiting_warps: 32 to 64 elements of a row per thread) the
+    one-shot kernel stays in registers (ptxas -v, sm_90a)."""
+    src, warps = aot.variant(Algorithm.ONESHOT, 2, hidden, "bf16", push)
     assert_no_spills(_compile(src, warps).asm["ptx"], tmp_path)
 
 
 def test_warm_jobs_cover_every_launch_variant():
     jobs = aot.warm_jobs([2048, 7168], [1, 2, 4], 90)
-    assert len(jobs) == 2 * 2 * (1 + 2 + 2)
+    assert len(jobs) == 2 * 2 * (1 + 2 * 2 + 2 * 2)
     assert {j[0] for j in jobs if j[1] == 1} == {Algorithm.LOCAL}
+    assert {j[4] for j in jobs if j[1] > 1} == set(Push)

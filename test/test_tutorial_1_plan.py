@@ -15,11 +15,14 @@ torch = pytest.importorskip("torch")
 
 from arn_plan import (  # noqa: E402
     Algorithm,
+    Tuning,
     WorkspaceLayout,
     choose_algorithm,
     effective_bytes,
     launch_config,
     oneshot_max_bytes,
+    programs_per_sm,
+    waiting_warps,
 )
 from arn_reference import compare, make_inputs, reduce_like_allreduce, reference, tolerance  # noqa: E402
 
@@ -118,10 +121,48 @@ def test_launch_config():
     assert local.grid == 4096 and local.block_h == 8192 and local.num_warps == 16
     assert launch_config(Algorithm.LOCAL, 7, 7168, 1).block_h == 8192
     comm = launch_config(Algorithm.TWOSHOT, 4096, 8192, resident_programs=33)
-    assert comm.grid == 33 and comm.num_warps <= 8  # waiting programs always fit, one per SM
+    assert comm.grid == 33 and comm.num_warps == 4 and comm.batch_rows == 1
     assert launch_config(Algorithm.ONESHOT, 5, 2048, resident_programs=66).grid == 5
+    tuned = launch_config(Algorithm.ONESHOT, 4096, 2048, 1056, Tuning(programs_per_sm=2, num_warps=8, batch_rows=4))
+    assert (tuned.grid, tuned.num_warps, tuned.batch_rows) == (1056, 8, 4)
+    assert launch_config(Algorithm.TWOSHOT, 4096, 2048, 1056, Tuning(batch_rows=4)).batch_rows == 1  # one-shot only
     with pytest.raises(ValueError):
         launch_config(Algorithm.ONESHOT, 0, 2048, 1)
+
+
+@pytest.mark.parametrize(
+    "block_h,warps", [(256, 1), (512, 1), (1024, 1), (2048, 2), (4096, 4), (8192, 4), (16384, 8), (65536, 8)]
+)
+def test_waiting_warps(block_h, warps):
+    assert waiting_warps(block_h) == warps
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"programs_per_sm": 0}, {"num_warps": 3}, {"num_warps": 32}, {"batch_rows": 3}, {"batch_rows": 0}]
+)
+def test_tuning_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        Tuning(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "n_regs,warps,shared,fit",
+    [
+        (174, 4, 0, 2),  # T1's one-shot kernel at H 2048: registers allow two programs
+        (176, 8, 0, 1),  # at H 8192 (8 warps): one
+        (255, 8, 0, 1),  # the most registers a thread gets, 8 warps: still one
+        (32, 1, 0, 32),  # small programs: capped at 32 programs per SM
+        (33, 2, 0, 25),  # 33 registers round up to 40 (1280 per warp): 51 warps' worth, 25 programs of 2
+        (64, 4, 100 * 1024, 2),  # shared memory decides: 2 x (100 KiB + 1 KiB) fit in 227 KiB
+    ],
+)
+def test_programs_per_sm(n_regs, warps, shared, fit):
+    assert programs_per_sm(n_regs, warps, shared, 227 * 1024) == fit
+
+
+def test_programs_per_sm_rejects_bad_resources():
+    with pytest.raises(ValueError):
+        programs_per_sm(0, 4, 0, 227 * 1024)
 
 
 def test_effective_bytes_counts_five_streams():
@@ -174,6 +215,19 @@ def test_a_kernel_variant_not_loaded_at_construction_is_refused_at_world_above_o
     from allreduce import AllReduceRMSNorm
 
     op = AllReduceRMSNorm.__new__(AllReduceRMSNorm)  # as built at world 2: the aligned kernels preloaded
-    op.world, op._kernels = 2, {(int(Algorithm.ONESHOT), 8, True): object()}
+    cfg = launch_config(Algorithm.ONESHOT, 4096, 8192, resident_programs=132)
+    op.world, op._sealed = 2, True
+    op._kernels = {(int(Algorithm.ONESHOT), cfg.num_warps, cfg.batch_rows, True): object()}
     with pytest.raises(ValueError, match="at world > 1 every tensor .* must start at a 16-byte aligned address"):
-        op._kernel(Algorithm.ONESHOT, 8192, 8, aligned=False)
+        op._kernel(Algorithm.ONESHOT, cfg, aligned=False)
+
+
+def test_parse_tuning():
+    from allreduce import parse_tuning
+
+    assert parse_tuning("") == Tuning()
+    assert parse_tuning("4") == Tuning(programs_per_sm=4)
+    assert parse_tuning("8:2:1") == Tuning(programs_per_sm=8, num_warps=2, batch_rows=1)
+    for bad in ("a", "1:2:3:4", "2:x"):
+        with pytest.raises(ValueError, match="tuning"):
+            parse_tuning(bad)

@@ -19,6 +19,10 @@
 //    complete_puts (same thread), so a PE that observes `value` sees every row put to it before.
 //  * wait_ge: returns in every thread only after `*sig >= value` was observed, with acquire
 //    ordering, so loads the caller issues afterwards see the data that came with the signal.
+//  * peer_offset: the byte distance from symmetric address `sym` to its copy on PE `pe`, for stores
+//    through that copy (the store path: PE `pe` reachable by load/store over NVLink).
+//  * publish_stores: when it returns in thread 0, every store the block made before it (to peers'
+//    memory too) is visible system-wide; signal_set after it then publishes them like complete_puts.
 //  * block_sync: a barrier that makes the block's earlier global stores visible to the whole block
 //    (used before the block reads, as the source of a put, rows its threads just stored).
 #include <triton_raw/nvshmem_device.h>
@@ -49,6 +53,16 @@ extern "C" __device__ void wait_ge(uint64_t *sig, long long value) {
     __threadfence();  // acquire at GPU scope: later loads are ordered after the observed signal
   }
   __syncthreads();
+}
+
+extern "C" __device__ long long peer_offset(const void *sym, int pe) {
+  return (long long)((const char *)nvshmem_ptr(sym, pe) - (const char *)sym);
+}
+
+// The barrier orders every thread's stores before thread 0's system-scope fence (fences are cumulative).
+extern "C" __device__ void publish_stores(void) {
+  __syncthreads();
+  if (first_thread()) __threadfence_system();
 }
 
 extern "C" __device__ void block_sync(void) {

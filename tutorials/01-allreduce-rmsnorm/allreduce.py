@@ -29,7 +29,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from arn_kernels import kernel_source  # noqa: E402
-from arn_plan import Algorithm, WorkspaceLayout, launch_config  # noqa: E402
+from arn_plan import (  # noqa: E402
+    Algorithm,
+    LaunchConfig,
+    Push,
+    Tuning,
+    WorkspaceLayout,
+    launch_config,
+    programs_per_sm,
+)
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 SHARED_GPU_ENV = "TRITON_RAW_SHARED_GPU"
@@ -45,6 +53,28 @@ def _group_size(group: Any) -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _every_rank(value: Any, group: Any) -> list[Any]:
+    """``value`` of every rank of ``group``, on every rank (collective; ``[value]`` without torch.distributed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    values: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(values, value, group=group)
+    return values
+
+
+def parse_tuning(text: str) -> Tuning:
+    """``N[:WARPS[:ROWS]]`` (programs per SM, warps, row batch; empty: the defaults) as a Tuning."""
+    if not text:
+        return Tuning()
+    parts = text.split(":")
+    if len(parts) > 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"tuning: expected N[:WARPS[:ROWS]] with integers, got {text!r}")
+    names = ("programs_per_sm", "num_warps", "batch_rows")
+    return Tuning(**{name: int(p) for name, p in zip(names, parts, strict=False)})
+
+
 def _pes_sharing_this_gpu(world: int) -> int:
     """PEs that run on this GPU: all of them in shared-GPU mode, else one."""
     flag = os.environ.get(SHARED_GPU_ENV, "").strip().lower()
@@ -56,8 +86,12 @@ class AllReduceRMSNorm:
     group (collective: it initialises NVSHMEM when needed and allocates the symmetric workspace).
 
     ``algorithm`` forces ONESHOT or TWOSHOT for every call (for tests); by default each call picks
-    by message size (arn_plan.choose_algorithm). ``resident_programs`` overrides the programs per
-    rank of the communicating kernels (default: SMs / PEs sharing the GPU).
+    by message size (arn_plan.choose_algorithm). ``tuning`` sets the communicating kernels' launch
+    (arn_plan.Tuning): at most ``programs_per_sm`` programs per SM (fewer when fewer fit:
+    arn_plan.programs_per_sm; one over all PEs when several share the GPU), so that all of them are
+    resident; warps and row batch. ``push`` forces how rows
+    reach peers (arn_plan.Push); by default stores through peer pointers when every peer is reachable
+    by load/store (one node, NVLink or PCIe P2P), NVSHMEM puts otherwise.
     """
 
     def __init__(
@@ -67,13 +101,14 @@ class AllReduceRMSNorm:
         max_tokens: int,
         group: Any = None,
         algorithm: Algorithm | None = None,
-        resident_programs: int | None = None,
+        tuning: Tuning | None = None,
+        push: Push | None = None,
     ) -> None:
         if dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         if algorithm == Algorithm.LOCAL:
             raise ValueError("algorithm=LOCAL is chosen automatically at world 1; force ONESHOT or TWOSHOT")
-        self.hidden, self.dtype, self.max_tokens = hidden, dtype, max_tokens
+        self.hidden, self.dtype, self.max_tokens, self.group = hidden, dtype, max_tokens, group
         world = _group_size(group)
         self.rank = 0
         if world > 1:
@@ -91,23 +126,64 @@ class AllReduceRMSNorm:
         elem = torch.empty((), dtype=dtype).element_size()
         self.layout = WorkspaceLayout(world, hidden, max_tokens, elem, forced=self.forced)
         self.device = torch.device("cuda", torch.cuda.current_device())
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        self.resident_programs = resident_programs or max(1, sms // _pes_sharing_this_gpu(world))
-        self._kernels: dict[tuple[int, int, bool], Any] = {}
+        self.tuning = tuning or Tuning()
+        self._kernels: dict[tuple[int, int, int, bool], Any] = {}
+        self._resident: dict[Algorithm, int] = {}
+        self._sealed = False  # set once _preload has loaded every kernel a call at world > 1 may use
+        self._allocate()
+        self.push = self._choose_push(push) if world > 1 else Push.PUTS
         if world > 1:
             self._preload()
-        self._allocate()
+
+    def _choose_push(self, forced: Push | None) -> Push:
+        """STORES when every peer's copy of the workspace is mapped here (``runtime.peer``) at a distance
+        that keeps 16-byte vectors; PUTS otherwise, or when forced. Every rank must get the same
+        answer (it picks the kernel), so the ranks agree on it over the op's group."""
+        from triton_raw_ext import runtime
+        from triton_raw_ext.errors import RawRuntimeError
+
+        reasons = []
+        for pe in range(self.world):
+            if pe == self.rank:
+                continue
+            try:
+                distance = runtime.peer(self.data, pe).data_ptr() - self.data.data_ptr()
+            except RawRuntimeError as exc:
+                reasons.append(str(exc))
+                continue
+            if distance % (16 * self.data.element_size()):
+                reasons.append(f"PE {pe}'s workspace is {distance} bytes away, not a multiple of 16 elements")
+        if forced == Push.STORES and reasons:
+            raise ValueError(f"push=Push.STORES needs every peer reachable by load/store: {reasons[0]}")
+        if forced is not None:
+            return forced
+        return Push.PUTS if any(_every_rank(bool(reasons), self.group)) else Push.STORES
 
     def _preload(self) -> None:
-        """Compile and load, before any rank allocates or communicates, the kernel of every algorithm
-        this op can pick (16-byte aligned tensors; :mod:`triton_raw_ext.preload` says why), then wait
-        on the host for every rank to have done the same."""
+        """Compile and load, before any rank communicates, the kernel of every algorithm this op can pick
+        (16-byte aligned tensors; :mod:`triton_raw_ext.preload` says why), and size its grid cap; the
+        ranks agree on the cap (the smallest), since program p of every rank must handle the same rows."""
+        from triton.runtime import driver
+
         from triton_raw_ext import runtime
 
+        props = torch.cuda.get_device_properties(self.device)
+        # the most a block may opt in to, 1 KiB under the SM's 228 KiB on sm_90: a safe bound per SM
+        shared_per_sm = driver.active.utils.get_device_properties(self.device.index)["max_shared_mem"]
+        sharing = _pes_sharing_this_gpu(self.world)
         algos = {self.layout.algorithm_for(t) for t in (1, self.max_tokens)}  # one-shot up to a size, then two-shot
         for algo in sorted(algos):
-            cfg = launch_config(algo, 1, self.hidden, self.resident_programs)
-            self._kernel(algo, cfg.block_h, cfg.num_warps, self.hidden % 16 == 0)
+            cfg = launch_config(algo, 1, self.hidden, 1, self.tuning)
+            kernel = self._kernel(algo, cfg, self.hidden % 16 == 0)
+            fit = programs_per_sm(kernel.n_regs, cfg.num_warps, kernel.metadata.shared, shared_per_sm)
+            if fit < 1:
+                raise RuntimeError(f"AllReduceRMSNorm: the {algo.name} kernel (H={self.hidden}) does not fit on an SM")
+            # Several PEs on one GPU (MPS): one program per SM over all of them. MPS does not promise to
+            # place programs of different processes on one SM; with 8 per SM the check hung (session 5).
+            per_sm = 1 if sharing > 1 else min(self.tuning.programs_per_sm, fit)
+            mine = max(1, props.multi_processor_count * per_sm // sharing)
+            self._resident[algo] = min(_every_rank(mine, self.group))
+        self._sealed = True
         runtime.host_barrier()
 
     def _allocate(self) -> None:
@@ -129,12 +205,12 @@ class AllReduceRMSNorm:
     def algorithm_for(self, tokens: int) -> Algorithm:
         return self.layout.algorithm_for(tokens)
 
-    def _kernel(self, algo: Algorithm, block_h: int, warps: int, aligned: bool) -> Any:
+    def _kernel(self, algo: Algorithm, cfg: LaunchConfig, aligned: bool) -> Any:
         """The compiled and loaded kernel; at world > 1 only those :meth:`_preload` loaded (a module
         loaded while a peer's kernel waits for this rank can hang the job)."""
-        key = (int(algo), warps, aligned)
+        key = (int(algo), cfg.num_warps, cfg.batch_rows, aligned)
         if key not in self._kernels:
-            if self.world > 1 and self._kernels:
+            if self._sealed:
                 raise ValueError(
                     "AllReduceRMSNorm: at world > 1 every tensor (x, residual, weight, out) must start at a "
                     "16-byte aligned address; pass contiguous tensors that own their storage (e.g. .clone())"
@@ -145,8 +221,10 @@ class AllReduceRMSNorm:
             from triton_raw_ext.preload import load
 
             target = driver.active.get_current_target()
-            src = kernel_source(int(algo), self.world, block_h, DTYPE_NAMES[self.dtype], aligned)
-            self._kernels[key] = load(triton.compile(src, target=target, options={"num_warps": warps}))
+            src = kernel_source(
+                int(algo), self.world, cfg.block_h, DTYPE_NAMES[self.dtype], aligned, int(self.push), cfg.batch_rows
+            )
+            self._kernels[key] = load(triton.compile(src, target=target, options={"num_warps": cfg.num_warps}))
         return self._kernels[key]
 
     def __call__(
@@ -187,10 +265,10 @@ class AllReduceRMSNorm:
             ):
                 raise ValueError(f"out: expected contiguous {self.dtype} tensors of shape {tuple(x.shape)}")
         algo = self.layout.algorithm_for(tokens)
-        cfg = launch_config(algo, tokens, self.hidden, self.resident_programs)
+        cfg = launch_config(algo, tokens, self.hidden, self._resident.get(algo, 1), self.tuning)
         tensors = (x, residual, weight, norm_out, res_out, self.land, self.rs, self.ag)
         aligned = self.hidden % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in tensors)
-        kernel = self._kernel(algo, cfg.block_h, cfg.num_warps, aligned)
+        kernel = self._kernel(algo, cfg, aligned)
         lay = self.layout
         kernel[(cfg.grid, 1, 1)](
             x,
@@ -213,6 +291,8 @@ class AllReduceRMSNorm:
             self.world,
             int(algo),
             cfg.block_h,
+            int(self.push),
+            cfg.batch_rows,
         )
         return norm_out, res_out
 
@@ -277,7 +357,7 @@ def check_case(op: AllReduceRMSNorm, case: int, tokens: int, graph: bool = False
     worst_res = max(rows, key=lambda r: r[1].worst_ratio)[1]
     return {
         "T": tokens, "H": op.hidden, "dtype": DTYPE_NAMES[op.dtype], "world": op.world,
-        "algo": op.algorithm_for(tokens).name.lower(), "graph": graph,
+        "algo": op.algorithm_for(tokens).name.lower(), "push": op.push.name.lower(), "graph": graph,
         "norm_max_abs": worst_norm.max_abs, "norm_max_rel": worst_norm.max_rel,
         "res_max_abs": worst_res.max_abs, "res_max_rel": worst_res.max_rel,
         "worst_ratio": max(worst_norm.worst_ratio, worst_res.worst_ratio),
@@ -308,9 +388,12 @@ def main() -> int:
         default=[],
         help="for these T, also check CUDA-graph capture and replay",
     )
+    parser.add_argument("--push", choices=["auto", "puts", "stores"], default="auto", help="how rows reach peers")
+    parser.add_argument("--tuning", default="", metavar="N[:WARPS[:ROWS]]", help="programs per SM, warps, row batch")
     parser.add_argument("--json", type=Path, help="write the table here (rank 0)")
     args = parser.parse_args()
     forced = None if args.algorithm == "auto" else Algorithm[args.algorithm.upper()]
+    push = None if args.push == "auto" else Push[args.push.upper()]
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         from triton_raw_ext import runtime
@@ -323,7 +406,10 @@ def main() -> int:
     case = 0
     for dtype_name in args.dtypes:
         for hidden in args.hidden:
-            op = AllReduceRMSNorm(hidden, by_name[dtype_name], max(args.tokens), algorithm=forced)
+            op = AllReduceRMSNorm(
+                hidden, by_name[dtype_name], max(args.tokens), algorithm=forced,
+                tuning=parse_tuning(args.tuning), push=push,
+            )  # fmt: skip
             for tokens in args.tokens:
                 for graph in [False, True] if tokens in args.graph_tokens else [False]:
                     case += 1

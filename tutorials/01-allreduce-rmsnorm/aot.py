@@ -22,57 +22,70 @@ from triton.compiler import ASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from arn_kernels import kernel_source  # noqa: E402
-from arn_plan import Algorithm, block_size, launch_config  # noqa: E402
+from arn_plan import Algorithm, Push, launch_config  # noqa: E402
 
 GOAL_HIDDEN = 8192
 
 
-def variant(algo: Algorithm, world: int, hidden: int, dtype: str) -> tuple[ASTSource, int]:
-    """(source, num_warps) exactly as AllReduceRMSNorm compiles them (aligned tensors)."""
-    warps = launch_config(algo, 1, hidden, resident_programs=1).num_warps
-    return kernel_source(int(algo), world, block_size(hidden), dtype, aligned=True), warps
+def variant(
+    algo: Algorithm, world: int, hidden: int, dtype: str, push: Push = Push.STORES
+) -> tuple[ASTSource, int]:
+    """(source, num_warps) exactly as AllReduceRMSNorm compiles them (aligned tensors; ``push``: the
+    op's choice on one node, PUTS where a peer is not reachable by load/store)."""
+    cfg = launch_config(algo, 1, hidden, resident_programs=1)
+    src = kernel_source(int(algo), world, cfg.block_h, dtype, aligned=True, push=int(push), batch_rows=cfg.batch_rows)
+    return src, cfg.num_warps
 
 
-# name -> (algorithm, world, dtype) of every kernel variant family the op launches, at H=GOAL_HIDDEN
+# name -> (algorithm, world, dtype, push) of every kernel variant family the op launches, at H=GOAL_HIDDEN
 AOT_VARIANTS = {
-    "local_w1_bf16": (Algorithm.LOCAL, 1, "bf16"),
-    "local_w1_fp16": (Algorithm.LOCAL, 1, "fp16"),
-    "oneshot_w2_bf16": (Algorithm.ONESHOT, 2, "bf16"),
-    "oneshot_w4_fp16": (Algorithm.ONESHOT, 4, "fp16"),
-    "twoshot_w4_bf16": (Algorithm.TWOSHOT, 4, "bf16"),
-    "twoshot_w8_bf16": (Algorithm.TWOSHOT, 8, "bf16"),
+    "local_w1_bf16": (Algorithm.LOCAL, 1, "bf16", Push.PUTS),
+    "local_w1_fp16": (Algorithm.LOCAL, 1, "fp16", Push.PUTS),
+    "oneshot_w2_bf16": (Algorithm.ONESHOT, 2, "bf16", Push.STORES),
+    "oneshot_w2_bf16_puts": (Algorithm.ONESHOT, 2, "bf16", Push.PUTS),
+    "oneshot_w4_fp16": (Algorithm.ONESHOT, 4, "fp16", Push.STORES),
+    "twoshot_w4_bf16": (Algorithm.TWOSHOT, 4, "bf16", Push.STORES),
+    "twoshot_w8_bf16": (Algorithm.TWOSHOT, 8, "bf16", Push.STORES),
+    "twoshot_w8_bf16_puts": (Algorithm.TWOSHOT, 8, "bf16", Push.PUTS),
 }
 
 
 def kernels() -> list[tuple[str, ASTSource]]:
     """Every kernel variant family the op launches, at the goal hidden size H=8192."""
-    return [(name, variant(algo, world, GOAL_HIDDEN, dt)[0]) for name, (algo, world, dt) in AOT_VARIANTS.items()]
+    return [(name, variant(algo, w, GOAL_HIDDEN, dt, push)[0]) for name, (algo, w, dt, push) in AOT_VARIANTS.items()]
 
 
 def options_for(name: str) -> dict[str, int]:
     """The launch options (warps) the op uses for kernel ``name`` of :func:`kernels`."""
-    algo, world, dt = AOT_VARIANTS[name]
-    return {"num_warps": variant(algo, world, GOAL_HIDDEN, dt)[1]}
+    algo, world, dt, push = AOT_VARIANTS[name]
+    return {"num_warps": variant(algo, world, GOAL_HIDDEN, dt, push)[1]}
 
 
-def _compile(job: tuple[Algorithm, int, int, str, int]) -> str:
-    algo, world, hidden, dtype, arch = job
+Job = tuple[Algorithm, int, int, str, Push, int]
+
+
+def _compile(job: Job) -> str:
+    algo, world, hidden, dtype, push, arch = job
     from triton.backends.compiler import GPUTarget
 
-    src, warps = variant(algo, world, hidden, dtype)
+    src, warps = variant(algo, world, hidden, dtype, push)
     start = time.time()
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
-    return f"{algo.name.lower()}_w{world}_h{hidden}_{dtype}: {time.time() - start:.1f}s {compiled.hash[:12]}"
+    name = f"{algo.name.lower()}_w{world}_h{hidden}_{dtype}_{push.name.lower()}"
+    return f"{name}: {time.time() - start:.1f}s {compiled.hash[:12]}"
 
 
-def warm_jobs(hiddens: list[int], worlds: list[int], arch: int) -> list[tuple[Algorithm, int, int, str, int]]:
-    """Every (algorithm, world, hidden, dtype) the suite's shapes can launch."""
-    jobs = []
+def warm_jobs(hiddens: list[int], worlds: list[int], arch: int) -> list[Job]:
+    """Every (algorithm, world, hidden, dtype, push) the suite's shapes can launch."""
+    jobs: list[Job] = []
     for hidden in hiddens:
         for dtype in ("bf16", "fp16"):
             for world in worlds:
-                algos = [Algorithm.LOCAL] if world == 1 else [Algorithm.ONESHOT, Algorithm.TWOSHOT]
-                jobs += [(algo, world, hidden, dtype, arch) for algo in algos]
+                if world == 1:
+                    jobs.append((Algorithm.LOCAL, world, hidden, dtype, Push.PUTS, arch))
+                    continue
+                for algo in (Algorithm.ONESHOT, Algorithm.TWOSHOT):
+                    jobs += [(algo, world, hidden, dtype, push, arch) for push in Push]
     return jobs
 
 

@@ -7,14 +7,18 @@ uses the workspace half ``par = e % 2``; a push of row data comes with the signa
 
 * ``ALGO == LOCAL`` (world 1): ``reduced = x[row]``.
 * ``ALGO == ONESHOT``, per program: (1) push every row ``x[row]`` to slot (par, me, row) of every
-  peer (non-blocking puts), complete them once (``complete_puts``), then set every row's signal
-  (par, me, row) on every peer to ``e``; (2) per row, wait for every peer's signal, sum the W rows in
-  rank order in fp32.
+  peer, complete the pushes once, then set every row's signal (par, me, row) on every peer to ``e``;
+  (2) per row (``BATCH_ROWS`` rows at a time), wait for every peer's signal, sum the W rows in rank
+  order in fp32.
 * ``ALGO == TWOSHOT``, row owner ``row % W``, per program: (1) push the rows others own to the
   owner's slot (par, me, row // W), complete, signal; (2) for the rows this rank owns, wait for the
   W-1 pushes, sum in rank order, round and store in the all-gather slot (par, row); then push those
   rows to every peer, complete, signal (par, W, row); (3) per row, wait for the owner's all-gather
   signal (own rows: none) and read the reduced row from the all-gather slot.
+
+A push is either the program's own vector stores through the peer's mapped copy, completed by
+``publish_stores`` (``PUSH == 1``), or NVSHMEM non-blocking block puts completed by ``complete_puts``
+(``PUSH == 0``); the signals follow the completion in thread 0 either way.
 
 No program waits before it has issued all its phase-1 pushes and signals, and program p waits only
 for programs p of other ranks (every rank has the same grid), which are resident (arn_plan caps the
@@ -64,6 +68,23 @@ def wait_ge(sig, value): ...
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
 def block_sync(): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def peer_offset(sym, pe): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def publish_stores(): ...
+
+
+@triton.jit
+def _peer(region, pe):
+    """PE ``pe``'s copy of the symmetric ``region``, a pointer this program can store through: ``region``
+    moved by the distance between the two copies, which the op checked is a multiple of 16 elements (so
+    the stores keep ``region``'s 16-byte vectors)."""
+    elem: tl.constexpr = region.dtype.element_ty.primitive_bitwidth // 8
+    return region + tl.multiple_of(peer_offset(region, pe) // elem, 16)
 
 
 @triton.jit
@@ -116,35 +137,50 @@ def _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, 
 
 
 @triton.jit
+def _row_batch(j0, n_mine, pid, grid, cnt_ptr, mask, R: tl.constexpr):
+    """Rows ``j0 .. j0 + R - 1`` of the program's rows ``pid, pid + grid, ...`` (``n_mine`` of them):
+    their indices, which exist, their epochs and the [R, BLOCK_H] element mask."""
+    jj = j0 + tl.arange(0, R)
+    row_ok = jj < n_mine
+    rows = (pid + jj * grid).to(tl.int64)
+    e = tl.load(cnt_ptr + rows, mask=row_ok, other=0) + 1
+    return rows, row_ok, e, row_ok[:, None] & mask[None, :]
+
+
+@triton.jit
 def _oneshot(
     x_ptr, res_ptr, norm_ptr, res_out_ptr, land, sig, cnt_ptr, w, offs, mask,
-    T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD: tl.constexpr, BLOCK_H: tl.constexpr,
+    T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, PUSH: tl.constexpr,
+    R: tl.constexpr,
 ):  # fmt: skip
-    """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish,
-    R rows of the program at a time, so that several rows' loads are in flight. With arn_plan's warps
-    (BLOCK_H / 512, 1 to 8) that is at most 64 elements per thread and tensor, and ptxas (sm_90a)
-    spills nothing; 4 rows of 512 in one warp did spill."""
-    R: tl.constexpr = 2 if BLOCK_H < 1024 else (4 if BLOCK_H <= 4096 else (2 if BLOCK_H <= 8192 else 1))
+    """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish.
+    Both phases take R rows of the program at a time (arn_plan.batch_rows), so that several rows' loads
+    are in flight."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
-    for step in range(pid, T, grid):
-        row = step.to(tl.int64)
-        e = _epoch(cnt_ptr, row)
-        for i in tl.static_range(1, WORLD):
-            put_row(_slot(land, e, me, row, ROWS, H, WORLD), x_ptr + row * H, row_bytes, (me + i) % WORLD)
-    complete_puts()
+    n_mine = (T - pid + grid - 1) // grid  # rows pid, pid + grid, ... below T
+    if PUSH == 1:
+        for j0 in range(0, n_mine, R):
+            rows, row_ok, e, m = _row_batch(j0, n_mine, pid, grid, cnt_ptr, mask, R)
+            v = tl.load(x_ptr + rows[:, None] * H + offs[None, :], mask=m, other=0.0)
+            for i in tl.static_range(1, WORLD):
+                dst = _slot(_peer(land, (me + i) % WORLD), e, me, rows, ROWS, H, WORLD)
+                tl.store(dst[:, None] + offs[None, :], v, mask=m)
+        publish_stores()
+    else:
+        for step in range(pid, T, grid):
+            row = step.to(tl.int64)
+            e = _epoch(cnt_ptr, row)
+            for i in tl.static_range(1, WORLD):
+                put_row(_slot(land, e, me, row, ROWS, H, WORLD), x_ptr + row * H, row_bytes, (me + i) % WORLD)
+        complete_puts()
     for step in range(pid, T, grid):
         row = step.to(tl.int64)
         e = _epoch(cnt_ptr, row)
         for i in tl.static_range(1, WORLD):
             signal_set(_signal(sig, e, me, row, MAX_T, WORLD), e, (me + i) % WORLD)
-    n_mine = (T - pid + grid - 1) // grid  # rows pid, pid + grid, ... below T
     for j0 in range(0, n_mine, R):
-        jj = j0 + tl.arange(0, R)
-        row_ok = jj < n_mine
-        rows = (pid + jj * grid).to(tl.int64)
-        e = tl.load(cnt_ptr + rows, mask=row_ok, other=0) + 1
-        m = row_ok[:, None] & mask[None, :]
+        rows, row_ok, e, m = _row_batch(j0, n_mine, pid, grid, cnt_ptr, mask, R)
         acc = tl.zeros([R, BLOCK_H], dtype=tl.float32)
         for src in tl.static_range(WORLD):
             if src == me:
@@ -166,7 +202,7 @@ def _oneshot(
 @triton.jit
 def _twoshot(
     x_ptr, res_ptr, norm_ptr, res_out_ptr, rs, ag, sig, cnt_ptr, w, offs, mask,
-    T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD: tl.constexpr,
+    T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD: tl.constexpr, PUSH: tl.constexpr,
 ):  # fmt: skip
     """Phase 1: reduce-scatter pushes. Phase 2: reduce the owned rows into the all-gather slots, push
     them to every peer. Phase 3: per row, wait for the all-gather, finish."""
@@ -177,8 +213,15 @@ def _twoshot(
         owner = (row % WORLD).to(tl.int32)
         if owner != me:
             e = _epoch(cnt_ptr, row)
-            put_row(_slot(rs, e, me, row // WORLD, RS_ROWS, H, WORLD), x_ptr + row * H, row_bytes, owner)
-    complete_puts()
+            if PUSH == 1:
+                dst = _slot(_peer(rs, owner), e, me, row // WORLD, RS_ROWS, H, WORLD)
+                tl.store(dst + offs, tl.load(x_ptr + row * H + offs, mask=mask), mask=mask)
+            else:
+                put_row(_slot(rs, e, me, row // WORLD, RS_ROWS, H, WORLD), x_ptr + row * H, row_bytes, owner)
+    if PUSH == 1:
+        publish_stores()
+    else:
+        complete_puts()
     for step in range(pid, T, grid):
         row = step.to(tl.int64)
         owner = (row % WORLD).to(tl.int32)
@@ -197,15 +240,22 @@ def _twoshot(
                     wait_ge(_signal(sig, e, src, row, MAX_T, WORLD), e)
                     v = _load_row(_slot(rs, e, src, row // WORLD, RS_ROWS, H, WORLD), offs, mask, True)
                 acc += v
-            tl.store(_ag_row(ag, e, row, MAX_T, H) + offs, acc.to(ag.dtype.element_ty), mask=mask)
-    block_sync()  # the puts read all-gather rows that other threads of the block stored
-    for step in range(pid, T, grid):
-        row = step.to(tl.int64)
-        if row % WORLD == me:
-            ag_row = _ag_row(ag, _epoch(cnt_ptr, row), row, MAX_T, H)
-            for i in tl.static_range(1, WORLD):
-                put_row(ag_row, ag_row, row_bytes, (me + i) % WORLD)
-    complete_puts()
+            reduced = acc.to(ag.dtype.element_ty)
+            tl.store(_ag_row(ag, e, row, MAX_T, H) + offs, reduced, mask=mask)
+            if PUSH == 1:
+                for i in tl.static_range(1, WORLD):
+                    tl.store(_ag_row(_peer(ag, (me + i) % WORLD), e, row, MAX_T, H) + offs, reduced, mask=mask)
+    if PUSH == 1:
+        publish_stores()
+    else:
+        block_sync()  # the puts read all-gather rows that other threads of the block stored
+        for step in range(pid, T, grid):
+            row = step.to(tl.int64)
+            if row % WORLD == me:
+                ag_row = _ag_row(ag, _epoch(cnt_ptr, row), row, MAX_T, H)
+                for i in tl.static_range(1, WORLD):
+                    put_row(ag_row, ag_row, row_bytes, (me + i) % WORLD)
+        complete_puts()
     for step in range(pid, T, grid):
         row = step.to(tl.int64)
         if row % WORLD == me:
@@ -244,8 +294,11 @@ def fused_allreduce_rmsnorm_kernel(
     WORLD: tl.constexpr,
     ALGO: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    PUSH: tl.constexpr,
+    BATCH_ROWS: tl.constexpr,
 ):
-    """See the module docstring. ALGO: 0 local, 1 one-shot, 2 two-shot (arn_plan.Algorithm)."""
+    """See the module docstring. ALGO: 0 local, 1 one-shot, 2 two-shot (arn_plan.Algorithm); PUSH: 0
+    NVSHMEM puts, 1 stores through peer pointers (arn_plan.Push); BATCH_ROWS: one-shot's row batch."""
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -260,20 +313,24 @@ def fused_allreduce_rmsnorm_kernel(
     elif ALGO == 1:
         _oneshot(
             x_ptr, res_ptr, norm_ptr, res_out_ptr, land_ptr, sig_ptr, cnt_ptr, w, offs, mask,
-            T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD, BLOCK_H,
+            T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD, BLOCK_H, PUSH, BATCH_ROWS,
         )  # fmt: skip
     else:
         _twoshot(
             x_ptr, res_ptr, norm_ptr, res_out_ptr, rs_ptr, ag_ptr, sig_ptr, cnt_ptr, w, offs, mask,
-            T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD,
+            T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD, PUSH,
         )  # fmt: skip
 
 
-def kernel_source(algo: int, world: int, block_h: int, dtype: str, aligned: bool) -> ASTSource:
+def kernel_source(
+    algo: int, world: int, block_h: int, dtype: str, aligned: bool, push: int = 0, batch_rows: int = 1
+) -> ASTSource:
     """The kernel specialised for one launch configuration, for ``triton.compile``.
 
     ``dtype``: "bf16" or "fp16". ``aligned``: every tensor pointer is 16-byte aligned and H is a
     multiple of 16; this lets Triton emit 16-byte loads and stores, and the op checks it at launch.
+    ``push``: how rows reach peers (arn_plan.Push; no effect at world 1). ``batch_rows``: rows a
+    one-shot program handles at once (arn_plan.batch_rows; no effect on the other algorithms).
     """
     if dtype not in POINTER_TYPES:
         raise ValueError(f"dtype must be one of {sorted(POINTER_TYPES)}, got {dtype!r}")
@@ -282,9 +339,10 @@ def kernel_source(algo: int, world: int, block_h: int, dtype: str, aligned: bool
         "x_ptr": ptr, "res_ptr": ptr, "w_ptr": ptr, "norm_ptr": ptr, "res_out_ptr": ptr,
         "land_ptr": ptr, "rs_ptr": ptr, "ag_ptr": ptr, "sig_ptr": "*i64", "cnt_ptr": "*i64",
         "T": "i32", "H": "i32", "eps": "fp32", "me": "i32", "MAX_T": "i32", "ROWS": "i32", "RS_ROWS": "i32",
-        "WORLD": "constexpr", "ALGO": "constexpr", "BLOCK_H": "constexpr",
+        "WORLD": "constexpr", "ALGO": "constexpr", "BLOCK_H": "constexpr", "PUSH": "constexpr",
+        "BATCH_ROWS": "constexpr",
     }  # fmt: skip
-    constexprs = {"WORLD": world, "ALGO": algo, "BLOCK_H": block_h}
+    constexprs = {"WORLD": world, "ALGO": algo, "BLOCK_H": block_h, "PUSH": push, "BATCH_ROWS": batch_rows}
     names = list(signature)
     attrs = {}
     if aligned:

@@ -10,7 +10,8 @@ Contracts (all tested on CPU in test/test_tutorial_1_plan.py):
   has two halves selected by the parity of the per-row epoch (see the README, "Reuse without races").
 * :func:`launch_config` gives the grid and warps: one program per row at world 1, at most
   ``resident_programs`` programs (each looping over rows) when programs wait on other ranks, so that
-  every program of every rank can be resident at once and the waits cannot deadlock.
+  every program of every rank can be resident at once and the waits cannot deadlock;
+  :func:`programs_per_sm` is how many programs of a compiled kernel fit on one SM at once.
 """
 
 from __future__ import annotations
@@ -28,12 +29,27 @@ class Algorithm(enum.IntEnum):
     TWOSHOT = 2  # reduce-scatter (row t owned by rank t % world) then all-gather of the reduced row
 
 
+class Push(enum.IntEnum):
+    """The kernel's ``PUSH`` constexpr: how a program sends rows to peers."""
+
+    PUTS = 0  # NVSHMEM non-blocking block puts, one nvshmem_quiet: works for any peer NVSHMEM reaches
+    STORES = 1  # vector stores through the peer's mapped memory (nvshmem_ptr): peers reachable by load/store
+
+
 # Cost model for the one-shot/two-shot switch (README, "Choosing the algorithm"). Per call, one-shot
 # sends (W-1)*M bytes per rank in one hop; two-shot sends 2*(W-1)/W*M in two hops with a wait
 # between them. One-shot wins while its extra bytes cost less than the extra hop.
 HOP_LATENCY_S = 3e-6  # one put-with-signal + wait across NVLink, seconds (to be measured, multi-GPU issue)
 LINK_BYTES_PER_S = 4.0e11  # per-GPU NVLink bandwidth one way on H100/H200 class parts (bytes/s)
-MAX_WARPS_WAITING = 8  # warps of a program that waits on peers: any such program fits on one SM
+MAX_WARPS_WAITING = 8  # warps of a program that waits on peers (arn_plan.waiting_warps)
+
+# Per-SM limits of sm_90 (H100/H200; CUDA occupancy calculator): registers are allocated per warp in
+# units of 256, shared memory per block with 1 KiB reserved by the system.
+SM_REGISTERS = 65536
+SM_MAX_WARPS = 64
+SM_MAX_PROGRAMS = 32
+REGISTER_UNIT = 256
+SHARED_RESERVED_PER_PROGRAM = 1024
 
 
 def oneshot_max_bytes(world: int) -> float:
@@ -147,10 +163,38 @@ class WorkspaceLayout:
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """Launch choices of the communicating kernels.
+
+    ``programs_per_sm``: the most programs per SM (fewer when fewer fit: :func:`programs_per_sm`);
+    ``num_warps``: warps per program (``None``: :func:`waiting_warps`); ``batch_rows``: rows a
+    one-shot program pushes and finishes at once. The defaults were the fastest at world 2 on two
+    H200s (bench/results/session5-2026-11-29/, the tuning sweep): many small programs beat few large
+    ones, and batching rows in a program gained nothing once programs were small.
+    """
+
+    programs_per_sm: int = 8
+    num_warps: int | None = None
+    batch_rows: int = 1
+
+    def __post_init__(self) -> None:
+        if self.programs_per_sm < 1:
+            raise ValueError(f"programs_per_sm must be >= 1, got {self.programs_per_sm}")
+        if self.num_warps is not None and self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two from 1 to 16, got {self.num_warps}")
+        if self.batch_rows not in (1, 2, 4, 8):
+            raise ValueError(f"batch_rows must be 1, 2, 4 or 8, got {self.batch_rows}")
+
+
+DEFAULT_TUNING = Tuning()
+
+
+@dataclass(frozen=True)
 class LaunchConfig:
     grid: int
     num_warps: int
     block_h: int
+    batch_rows: int
 
 
 def block_size(hidden: int) -> int:
@@ -165,18 +209,44 @@ def local_warps(block_h: int) -> int:
     return max(1, min(16, block_h // 512))
 
 
-def launch_config(algo: Algorithm, tokens: int, hidden: int, resident_programs: int) -> LaunchConfig:
-    """Grid and warps for one call. ``resident_programs``: programs this rank may keep resident
-    (SMs, divided by the number of PEs sharing the GPU); needed only when programs wait."""
+def waiting_warps(block_h: int) -> int:
+    """Warps of a program that waits on peers: 32 elements of a row per thread up to 4 warps (H 4096),
+    then 64 per thread up to 8 warps (H 16384), where ptxas (sm_90a) still spills nothing."""
+    if block_h <= 4096:
+        return max(1, block_h // 1024)
+    return min(MAX_WARPS_WAITING, block_h // 2048)
+
+
+def launch_config(
+    algo: Algorithm, tokens: int, hidden: int, resident_programs: int, tuning: Tuning = DEFAULT_TUNING
+) -> LaunchConfig:
+    """Grid, warps and row batch for one call. ``resident_programs``: programs this rank may keep
+    resident (see :class:`Tuning`); needed only when programs wait."""
     if tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {tokens}")
     block_h = block_size(hidden)
     if algo == Algorithm.LOCAL:
-        return LaunchConfig(grid=tokens, num_warps=local_warps(block_h), block_h=block_h)
+        return LaunchConfig(grid=tokens, num_warps=local_warps(block_h), block_h=block_h, batch_rows=1)
     if resident_programs < 1:
         raise ValueError(f"resident_programs must be >= 1, got {resident_programs}")
-    warps = min(MAX_WARPS_WAITING, local_warps(block_h))
-    return LaunchConfig(grid=min(tokens, resident_programs), num_warps=warps, block_h=block_h)
+    return LaunchConfig(
+        grid=min(tokens, resident_programs),
+        num_warps=tuning.num_warps or waiting_warps(block_h),
+        block_h=block_h,
+        batch_rows=tuning.batch_rows if algo == Algorithm.ONESHOT else 1,
+    )
+
+
+def programs_per_sm(n_regs: int, num_warps: int, shared_bytes: int, shared_per_sm: int) -> int:
+    """Programs of a kernel (``n_regs`` registers per thread, ``num_warps``, ``shared_bytes`` of shared
+    memory per program) that one SM holds at once; 0 when not even one fits."""
+    if n_regs < 1 or num_warps < 1 or shared_bytes < 0:
+        raise ValueError(f"bad kernel resources: n_regs={n_regs}, num_warps={num_warps}, shared={shared_bytes}")
+    regs_per_warp = -(-n_regs * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    by_regs = (SM_REGISTERS // regs_per_warp) // num_warps
+    by_warps = SM_MAX_WARPS // num_warps
+    by_shared = shared_per_sm // (shared_bytes + SHARED_RESERVED_PER_PROGRAM)
+    return min(by_regs, by_warps, by_shared, SM_MAX_PROGRAMS)
 
 
 def effective_bytes(tokens: int, hidden: int, elem_bytes: int) -> int:

@@ -1,7 +1,10 @@
 """Benchmark of AllReduceRMSNorm against what a user would run instead, in the same process.
 
 Implementations (each where it can run):
-  * ``fused``: this tutorial's op (one kernel per call);
+  * ``fused``: this tutorial's op (one kernel per call), as constructed by default;
+  * ``fused[PUSH:TUNING]``: the op with ``push=PUSH`` and the launch tuning TUNING
+    (``N[:WARPS[:ROWS]]``, allreduce.parse_tuning), one per ``--variants`` entry, to compare launch
+    choices side by side;
   * ``compile``: at world 1, ``torch.compile``d residual add + RMSNorm alone (the all-reduce of one
     rank is the identity);
   * ``nccl+compile``: at world > 1 with one GPU per rank, ``torch.distributed.all_reduce`` (NCCL)
@@ -40,8 +43,8 @@ from triton_raw_ext.timing import percentile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from allreduce import DTYPE_NAMES, AllReduceRMSNorm  # noqa: E402
-from arn_plan import effective_bytes  # noqa: E402
+from allreduce import DTYPE_NAMES, AllReduceRMSNorm, parse_tuning  # noqa: E402
+from arn_plan import Push, Tuning, effective_bytes  # noqa: E402
 from arn_reference import make_inputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,6 +162,17 @@ def _baselines(world: int, shared_gpu: bool, x, residual, weight, compiled) -> d
     return out
 
 
+def _variant(text: str) -> tuple[str, Push, Tuning]:
+    """``PUSH:N[:WARPS[:ROWS]]`` of ``--variants`` as (text, Push, Tuning)."""
+    push, _, tuning = text.partition(":")
+    try:
+        if push.upper() not in Push.__members__:
+            raise ValueError(f"PUSH must be puts or stores, got {push!r}")
+        return text, Push[push.upper()], parse_tuning(tuning)
+    except ValueError as exc:
+        raise SystemExit(f"--variants {text!r}: {exc}") from exc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -171,8 +185,14 @@ def main() -> int:
     parser.add_argument("--inner", type=int, default=20, help="calls per graph replay")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument(
+        "--variants", nargs="*", default=[], metavar="PUSH:N[:WARPS[:ROWS]]",
+        help="also time the op with push PUSH (puts or stores), N programs per SM, warps and row batch, "
+        "e.g. puts:1 stores:2:4:2",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    variants = [_variant(v) for v in args.variants]
     world = int(os.environ.get("WORLD_SIZE", "1"))
     shared_gpu = os.environ.get("TRITON_RAW_SHARED_GPU", "") not in ("", "0")
     if world > 1:
@@ -189,15 +209,20 @@ def main() -> int:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(shapes))
     compiled = torch.compile(add_rmsnorm, dynamic=False, fullgraph=True)
     rows = []
-    ops: dict[int, AllReduceRMSNorm] = {}
+    ops: dict[tuple[int, str], AllReduceRMSNorm] = {}
     for tokens, hidden in shapes:
-        if hidden not in ops:
-            ops[hidden] = AllReduceRMSNorm(hidden, dtype, max(t for t, h in shapes if h == hidden))
-        op = ops[hidden]
+        max_tokens = max(t for t, h in shapes if h == hidden)
+        if (hidden, "fused") not in ops:
+            ops[hidden, "fused"] = AllReduceRMSNorm(hidden, dtype, max_tokens)
+            for text, push, tuning in variants if world > 1 else []:
+                ops[hidden, f"fused[{text}]"] = AllReduceRMSNorm(hidden, dtype, max_tokens, tuning=tuning, push=push)
+        op = ops[hidden, "fused"]
         x, residual, weight = make_inputs(0, rank, tokens, hidden, dtype, op.device)
         outs = (torch.empty_like(x), torch.empty_like(x))
         impls: dict[str, Callable | str] = {
-            "fused": lambda op=op, x=x, r=residual, w=weight, o=outs: op(x, r, w, EPS, o)
+            name: lambda f=fused, x=x, r=residual, w=weight, o=outs: f(x, r, w, EPS, o)
+            for (h, name), fused in ops.items()
+            if h == hidden
         }
         impls.update(_baselines(world, shared_gpu, x, residual, weight, compiled))
         nbytes = effective_bytes(tokens, hidden, x.element_size())
@@ -225,8 +250,9 @@ def main() -> int:
                         mean_us=statistics.fmean(us),
                         tbps_p50=nbytes / (p50 * 1e-6) / 1e12,
                     )
-                    if name == "fused":
-                        row["algo"] = op.algorithm_for(tokens).name.lower()
+                    if name.startswith("fused"):
+                        fused = ops[hidden, name]
+                        row.update(algo=fused.algorithm_for(tokens).name.lower(), push=fused.push.name.lower())
                 rows.append(row)
     if rank == 0:
         print(
@@ -255,7 +281,7 @@ def main() -> int:
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "command": " ".join([sys.executable, *sys.argv]),
             "world": world, "shared_gpu": shared_gpu, "warmup": args.warmup, "repeats": args.repeats,
-            "inner": args.inner, "eps": EPS,
+            "inner": args.inner, "eps": EPS, "variants": args.variants,
         }  # fmt: skip
         out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "bench" / "results"
         path = args.json or out_dir / f"bench_t1_w{world}_{datetime.date.today().isoformat()}.json"
