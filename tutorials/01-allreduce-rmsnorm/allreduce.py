@@ -87,11 +87,11 @@ class AllReduceRMSNorm:
 
     ``algorithm`` forces ONESHOT or TWOSHOT for every call (for tests); by default each call picks
     by message size (arn_plan.choose_algorithm). ``tuning`` sets the communicating kernels' launch
-    (arn_plan.Tuning): at most ``programs_per_sm`` programs per SM (fewer when fewer fit:
-    arn_plan.programs_per_sm; one over all PEs when several share the GPU), so that all of them are
-    resident; warps and row batch. ``push`` forces how rows
-    reach peers (arn_plan.Push); by default stores through peer pointers when every peer is reachable
-    by load/store (one node, NVLink or PCIe P2P), NVSHMEM puts otherwise.
+    (arn_plan.Tuning: programs per SM, warps, row batch); the grid is capped so that every program
+    is resident (fewer programs per SM when fewer fit, arn_plan.programs_per_sm; one per SM over all
+    PEs when several share the GPU). ``push`` forces how rows reach peers (arn_plan.Push); by default
+    stores through peer pointers when every peer is reachable by load/store (one node, NVLink or
+    PCIe P2P), NVSHMEM puts otherwise.
     """
 
     def __init__(

@@ -154,8 +154,7 @@ def _oneshot(
     R: tl.constexpr,
 ):  # fmt: skip
     """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish.
-    Both phases take R rows of the program at a time (arn_plan.batch_rows), so that several rows' loads
-    are in flight."""
+    Both phases take R rows of the program at a time (arn_plan.Tuning.batch_rows)."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     n_mine = (T - pid + grid - 1) // grid  # rows pid, pid + grid, ... below T
