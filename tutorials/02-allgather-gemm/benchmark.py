@@ -2,13 +2,14 @@
 
 ``python benchmark.py`` (world 1) or ``[TRITON_RAW_SHARED_GPU=1] torchrun --nproc_per_node=N
 benchmark.py``. Variants are timed in interleaved rounds (see :mod:`ag_timing`); times are rank-max
-per repeat, reported as p50/p90/p99. The torch baseline is ``all_gather_into_tensor`` + ``matmul``
-where NCCL can run, ``torch.matmul`` alone at world 1 (the all-gather of one rank is empty), and
-absent in shared-GPU mode (NCCL refuses two ranks on one GPU). ``--configs all`` times every
-candidate tile config of ``ag_schedule.CANDIDATE_CONFIGS``; ``--shapes`` takes one or more shapes,
-timed one after the other in the same processes. Writes one JSON per shape to ``--out`` (a folder),
-with the shape's goal (:func:`goal`: issue 5's at world 1, issue 7's at world > 1); exits 2 when a
-goal is not met.
+per repeat, reported as p50/p90/p99, with each variant's host enqueue time and whether the device
+sleep before the timed call (``--host-lead-us``) covered it. The torch baseline is
+``all_gather_into_tensor`` + ``matmul`` where NCCL can run, ``torch.matmul`` alone at world 1 (the
+all-gather of one rank is empty), and absent in shared-GPU mode (NCCL refuses two ranks on one GPU).
+``--configs all`` times every candidate tile config of ``ag_schedule.CANDIDATE_CONFIGS``; ``--shapes``
+takes one or more shapes, timed one after the other in the same processes. Writes one JSON per shape
+to ``--out`` (a folder), with the shape's goal (:func:`goal`: issue 5's at world 1, issue 7's at
+world > 1); exits 2 when a goal is not met.
 """
 
 from __future__ import annotations
@@ -108,20 +109,26 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
             fn()
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {name: [] for name in variants}
+    host: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, fn in variants.items():
-            mine = timing.time_repeats(fn, args.repeats, barrier)
+            mine, mine_host = timing.time_repeats(fn, args.repeats, barrier, args.host_lead_us)
             if world > 1:
                 gathered_times: list[list[float]] = [None] * world  # type: ignore[list-item]
-                dist.all_gather_object(gathered_times, mine)
-                mine = rank_max(gathered_times)
+                dist.all_gather_object(gathered_times, (mine, mine_host))
+                mine = rank_max([t for t, _ in gathered_times])
+                mine_host = rank_max([h for _, h in gathered_times])
             times[name] += mine
+            host[name] += mine_host
 
     flops = gemm_flops(m, n, k, world)
     rows = []
     for name, ts in times.items():
         stats = summarize(ts)
         stats["tflops_p50"] = flops / (stats["p50"] * 1e-3) / 1e12 if "all_gather" not in name else None
+        enqueue = summarize(host[name])
+        stats["host_enqueue_ms"] = {"p50": enqueue["p50"], "max": max(host[name])}
+        stats["host_lead_covered"] = max(host[name]) * 1e3 < args.host_lead_us
         rows.append({"variant": name, **stats})
     baseline = next((r for r in rows if r["variant"].startswith("torch_")), None)
     for r in rows:
@@ -134,11 +141,14 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
               f"({args.rounds}x{args.repeats} repeats, rank-max)")
         for tag, desc in config_names.items():
             print(f"  {tag}: {desc}")
-        print(f"{'variant':>26} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'TFLOP/s':>8} {'vs torch':>8}")
+        print(f"{'variant':>26} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'TFLOP/s':>8} {'vs torch':>8} "
+              f"{'host ms':>8}")
         for r in rows:
             tf = f"{r['tflops_p50']:.0f}" if r["tflops_p50"] else "-"
             vs = f"{r['speed_vs_torch']:.3f}" if r["speed_vs_torch"] else "-"
-            print(f"{r['variant']:>26} {r['p50']:>8.3f} {r['p90']:>8.3f} {r['p99']:>8.3f} {tf:>8} {vs:>8}")
+            late = "" if r["host_lead_covered"] else f"  (host enqueue > the {args.host_lead_us:.0f} us lead: timed)"
+            print(f"{r['variant']:>26} {r['p50']:>8.3f} {r['p90']:>8.3f} {r['p99']:>8.3f} {tf:>8} {vs:>8} "
+                  f"{r['host_enqueue_ms']['max']:>8.3f}{late}")
         if verdict and world == 1:
             print(f"goal >= {GOAL_RATIO:.2f}x torch.matmul: best {verdict['best_variant']} at "
                   f"{verdict['ratio_best']:.3f}x -> {'MET' if verdict['met'] else 'NOT MET'}")
@@ -151,6 +161,7 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
             "date": stamp.isoformat(), "gpu": torch.cuda.get_device_name(), "versions": _versions(),
             "command": " ".join([sys.executable, *sys.argv]), "world": world, "shape": [m, n, k],
             "dtype": args.dtype, "configs": config_names, "rows": rows, "goal": verdict,
+            "host_lead_us": args.host_lead_us,
             "shared_gpu": os.environ.get("TRITON_RAW_SHARED_GPU", ""),
         }  # fmt: skip
         path = args.out / f"tutorial2_ag_gemm_w{world}_{m}x{n}x{k}_{args.dtype}_{stamp:%Y%m%dT%H%M%S}.json"
@@ -169,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per variant and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--host-lead-us", type=float, default=timing.DEFAULT_HOST_LEAD_US,
+                        help="device sleep before each timed call, so the host enqueues it before timing starts")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "bench/results"))
     args = parser.parse_args(argv)
     import torch.distributed as dist
