@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from arn_plan import (  # noqa: E402
     Algorithm,
+    Push,
     Tuning,
     WorkspaceLayout,
     choose_algorithm,
@@ -231,3 +232,50 @@ def test_parse_tuning():
     for bad in ("a", "1:2:3:4", "2:x"):
         with pytest.raises(ValueError, match="tuning"):
             parse_tuning(bad)
+
+
+class _Mapped:
+    """A stand-in for runtime.peer()'s view: only its address matters to the op's push choice."""
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def _op_choosing_push(monkeypatch, peers: dict[int, int | None], world: int = 4):
+    """An op at world ``world``, rank 0, whose workspace is at 0x10000 and whose peer PE p is mapped
+    ``peers[p]`` bytes away (None: not reachable by load/store)."""
+    from allreduce import AllReduceRMSNorm
+
+    from triton_raw_ext import runtime
+    from triton_raw_ext.errors import RawRuntimeError
+
+    def peer(tensor, pe):
+        if peers[pe] is None:
+            raise RawRuntimeError(f"PE {pe} is not reachable by load/store")
+        return _Mapped(tensor.data_ptr() + peers[pe])
+
+    monkeypatch.setattr(runtime, "peer", peer)
+    op = AllReduceRMSNorm.__new__(AllReduceRMSNorm)
+    op.world, op.rank, op.group = world, 0, None
+    op.data = _Mapped(0x10000)
+    op.data.element_size = lambda: 2
+    return op
+
+
+def test_push_is_stores_when_every_peer_is_mapped_16_elements_apart(monkeypatch):
+    op = _op_choosing_push(monkeypatch, {1: 2 << 30, 2: -(4 << 30), 3: 6 << 30})
+    assert op._choose_push(None) == Push.STORES
+    assert op._choose_push(Push.PUTS) == Push.PUTS
+
+
+@pytest.mark.parametrize("peers", [{1: 2 << 30, 2: None, 3: 6 << 30}, {1: 2 << 30, 2: (4 << 30) + 16, 3: 6 << 30}])
+def test_push_falls_back_to_puts_and_refuses_forced_stores(monkeypatch, peers):
+    """An unreachable peer, or one whose copy is not a multiple of 16 elements away (16-byte vectors
+    would break), means NVSHMEM puts; forcing stores then names the reason."""
+    op = _op_choosing_push(monkeypatch, peers)
+    assert op._choose_push(None) == Push.PUTS
+    with pytest.raises(ValueError, match="PE 2"):
+        op._choose_push(Push.STORES)

@@ -15,7 +15,7 @@
 #   WORLDS          world sizes, default "2 4 8"; those above the GPUs nvidia-smi lists are skipped
 #   TUTORIALS       which tutorials, default "1 2 3"
 #   T1_VARIANTS     T1 op variants PUSH:N[:WARPS[:ROWS]] timed beside the default (benchmark.py --variants),
-#                   default "puts:1"; the T1 check also runs with each one's push and tuning
+#                   default "puts:8"; the T1 check also runs with each one's push and tuning
 #   MAX_STEP_S      if set, no step runs longer (a short look at where a hang is)
 #   SUITE_BUDGET_S  wall-clock budget of the whole suite including setup, default 530 s: every step runs
 #                   under `timeout` with min(its cap, time left - 10 s); a step with < 30 s left is SKIPPED
@@ -102,12 +102,12 @@ for W in "${RUN_WORLDS[@]}"; do
   if wants 1; then
     step t1_correct_w$W "$W" 90 $TR --nproc_per_node="$W" $T1/allreduce.py --graph-tokens 16 4096 \
       --json "$RES/t1_correct_w$W.json"
-    for v in ${T1_VARIANTS-puts:1}; do
+    for v in ${T1_VARIANTS-puts:8}; do
       step "t1_correct_w${W}_${v//:/_}" "$W" 90 $TR --nproc_per_node="$W" $T1/allreduce.py --graph-tokens 16 4096 \
         --push "${v%%:*}" --tuning "${v#*:}" --json "$RES/t1_correct_w${W}_${v//:/_}.json"
     done
     step t1_bench_w$W "$W" 150 $TR --nproc_per_node="$W" $T1/benchmark.py --shapes "${T1_SHAPES[@]}" \
-      --variants ${T1_VARIANTS-puts:1} --json "$RES/t1_bench_w$W.json"
+      --variants ${T1_VARIANTS-puts:8} --json "$RES/t1_bench_w$W.json"
   fi
   if wants 2; then
     step t2_correct_w$W "$W" 120 $TR --nproc_per_node="$W" $T2/ag_gemm.py --json "$RES/t2_correct_w$W.json"
