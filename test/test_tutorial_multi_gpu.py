@@ -157,7 +157,8 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
     summary = json.loads((out / "multi_gpu_suite.json").read_text())
     results = {s["step"]: s["result"] for s in summary["steps"]}
     assert results == {
-        "toolchain": "PASS", "t1_compile": "PASS", "t1_correct_w2": "PASS", "t1_bench_w2": "PASS",
+        "toolchain": "PASS", "t1_compile": "PASS", "t1_correct_w2": "PASS", "t1_correct_w2_puts_8": "PASS",
+        "t1_bench_w2": "PASS",
         "t2_correct_w2": "PASS", "t2_bench_w2": "GOAL_MISSED", "t3_correct_w2": "FAIL(rc=1)", "t3_bench_w2": "PASS",
     }, log  # fmt: skip
     assert all((out / f"{name}.log").is_file() for name in results)
@@ -171,6 +172,7 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
     assert "T3 w2: layer 500.0 us (300 TFLOP/s per GPU), torch_ep_alltoall 2000.0 us (75): 4.00x" in log
     assert "FAIL(rc=1)" in log and "GOAL_MISSED" in log
     assert summary["worlds"] == [2] and summary["command"] == "bash scripts/gpu/multi_gpu_suite.sh"
+    assert "allreduce.py --graph-tokens 16 4096 --push puts --tuning 8 " in log  # the variant's own check
 
 
 def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):
