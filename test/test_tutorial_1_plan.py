@@ -20,6 +20,7 @@ from arn_plan import (  # noqa: E402
     WorkspaceLayout,
     choose_algorithm,
     effective_bytes,
+    grid_cap,
     launch_config,
     oneshot_max_bytes,
     programs_per_sm,
@@ -149,8 +150,10 @@ def test_tuning_rejects_bad_values(kwargs):
 @pytest.mark.parametrize(
     "n_regs,warps,shared,fit",
     [
-        (174, 4, 0, 2),  # T1's one-shot kernel at H 2048: registers allow two programs
-        (176, 8, 0, 1),  # at H 8192 (8 warps): one
+        (174, 4, 0, 2),  # session 4's one-shot kernel at H 2048 (4 warps, 4 rows): two programs
+        (176, 8, 0, 1),  # and at H 8192 (8 warps, 2 rows): one
+        (125, 2, 8, 8),  # today's at H 2048 (2 warps, one row): eight
+        (213, 4, 16, 2),  # and at H 8192 (4 warps): two
         (255, 8, 0, 1),  # the most registers a thread gets, 8 warps: still one
         (32, 1, 0, 32),  # small programs: capped at 32 programs per SM
         (33, 2, 0, 25),  # 33 registers round up to 40 (1280 per warp): 51 warps' worth, 25 programs of 2
@@ -159,6 +162,26 @@ def test_tuning_rejects_bad_values(kwargs):
 )
 def test_programs_per_sm(n_regs, warps, shared, fit):
     assert programs_per_sm(n_regs, warps, shared, 227 * 1024) == fit
+
+
+@pytest.mark.parametrize(
+    "sms,fit,per_sm,sharing,cap",
+    [
+        (132, 8, 8, 1, 1056),  # one PE per GPU: as many per SM as asked for and fit
+        (132, 2, 8, 1, 264),  # fewer fit than asked for
+        (132, 8, 1, 1, 132),
+        (132, 8, 8, 2, 66),  # two PEs share the GPU (MPS): one per SM over both, whatever fits
+        (132, 8, 8, 4, 33),
+        (2, 8, 8, 4, 1),  # never below one program
+    ],
+)
+def test_grid_cap(sms, fit, per_sm, sharing, cap):
+    assert grid_cap(sms, fit, per_sm, sharing) == cap
+
+
+def test_grid_cap_rejects_a_kernel_that_does_not_fit():
+    with pytest.raises(ValueError, match="fit=0"):
+        grid_cap(132, 0, 8, 1)
 
 
 def test_programs_per_sm_rejects_bad_resources():
@@ -279,3 +302,48 @@ def test_push_falls_back_to_puts_and_refuses_forced_stores(monkeypatch, peers):
     assert op._choose_push(None) == Push.PUTS
     with pytest.raises(ValueError, match="PE 2"):
         op._choose_push(Push.STORES)
+
+
+def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
+    """At world 4 with a large max_tokens a call may pick either algorithm: construction loads both
+    kernels (session 5 found the alignment guard refusing the second one during the preload itself),
+    then refuses any other kernel. Compiles for sm_90 on the CPU; loading and the host barrier are
+    stubbed."""
+    import allreduce
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    from triton_raw_ext import preload, runtime
+
+    class Device:
+        multi_processor_count = 132
+
+    class Driver:
+        class utils:
+            @staticmethod
+            def get_device_properties(index):
+                return {"max_shared_mem": 227 * 1024}
+
+        @staticmethod
+        def get_current_target():
+            return GPUTarget("cuda", 90, 32)
+
+    def load(kernel):
+        kernel.n_regs = 128  # what _init_handles would read from the loaded module
+        return kernel
+
+    monkeypatch.setattr(driver, "_active", Driver())
+    monkeypatch.setattr(preload, "load", load)
+    monkeypatch.setattr(runtime, "host_barrier", lambda: None)
+    monkeypatch.setattr(allreduce.torch.cuda, "get_device_properties", lambda device: Device())
+    op = allreduce.AllReduceRMSNorm.__new__(allreduce.AllReduceRMSNorm)
+    op.world, op.rank, op.group, op.hidden, op.dtype, op.max_tokens = 4, 0, None, 2048, torch.bfloat16, 4096
+    op.layout = WorkspaceLayout(4, 2048, 4096, 2)
+    op.device, op.tuning, op.push = torch.device("cuda", 0), Tuning(), Push.STORES
+    op._kernels, op._resident, op._sealed = {}, {}, False
+    op._preload()
+    assert set(op._resident) == {Algorithm.ONESHOT, Algorithm.TWOSHOT}
+    assert {key[0] for key in op._kernels} == {int(Algorithm.ONESHOT), int(Algorithm.TWOSHOT)}
+    assert op._sealed and op._resident[Algorithm.ONESHOT] == grid_cap(132, programs_per_sm(128, 2, 0, 227 * 1024), 8, 1)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        op._kernel(Algorithm.ONESHOT, launch_config(Algorithm.ONESHOT, 1, 2048, 1), aligned=False)

@@ -103,8 +103,9 @@ for W in "${RUN_WORLDS[@]}"; do
     step t1_correct_w$W "$W" 90 $TR --nproc_per_node="$W" $T1/allreduce.py --graph-tokens 16 4096 \
       --json "$RES/t1_correct_w$W.json"
     for v in ${T1_VARIANTS-puts:8}; do
+      push=${v%%:*}; tuning=${v#"$push"}; tuning=${tuning#:}  # PUSH[:TUNING]
       step "t1_correct_w${W}_${v//:/_}" "$W" 90 $TR --nproc_per_node="$W" $T1/allreduce.py --graph-tokens 16 4096 \
-        --push "${v%%:*}" --tuning "${v#*:}" --json "$RES/t1_correct_w${W}_${v//:/_}.json"
+        --push "$push" --tuning "$tuning" --json "$RES/t1_correct_w${W}_${v//:/_}.json"
     done
     step t1_bench_w$W "$W" 150 $TR --nproc_per_node="$W" $T1/benchmark.py --shapes "${T1_SHAPES[@]}" \
       --variants ${T1_VARIANTS-puts:8} --json "$RES/t1_bench_w$W.json"

@@ -28,8 +28,9 @@ status=0
 timeout_with_stacks 420 $TR $T1/benchmark.py --mode graph --shapes $SHAPES --variants $VARIANTS \
   --json "$RES/sweep.json" >"$RES/sweep.log" 2>&1 || status=1
 for v in $VARIANTS; do
+  push=${v%%:*}; tuning=${v#"$push"}; tuning=${tuning#:}  # PUSH[:TUNING]
   timeout_with_stacks 90 $TR $T1/allreduce.py --tokens 1 128 1024 4096 --hidden 2048 8192 --dtypes bf16 \
-    --graph-tokens 4096 --push "${v%%:*}" --tuning "${v#*:}" --json "$RES/correct_${v//:/_}.json" \
+    --graph-tokens 4096 --push "$push" --tuning "$tuning" --json "$RES/correct_${v//:/_}.json" \
     >"$RES/correct_${v//:/_}.log" 2>&1 || status=1
   echo "correct $v: $(grep -h 'correctness world' "$RES/correct_${v//:/_}.log" || echo 'no verdict: see the log')"
 done

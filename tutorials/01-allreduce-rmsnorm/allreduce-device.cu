@@ -20,7 +20,7 @@
 //  * wait_ge: returns in every thread only after `*sig >= value` was observed, with acquire
 //    ordering, so loads the caller issues afterwards see the data that came with the signal.
 //  * peer_offset: the byte distance from symmetric address `sym` to its copy on PE `pe`, for stores
-//    through that copy (the store path: PE `pe` reachable by load/store over NVLink).
+//    through that copy (the store path: PE `pe` reachable by load/store, over NVLink or PCIe P2P).
 //  * publish_stores: when it returns in thread 0, every store the block made before it (to peers'
 //    memory too) is visible system-wide; signal_set after it then publishes them like complete_puts.
 //  * block_sync: a barrier that makes the block's earlier global stores visible to the whole block

@@ -35,6 +35,7 @@ from arn_plan import (  # noqa: E402
     Push,
     Tuning,
     WorkspaceLayout,
+    grid_cap,
     launch_config,
     programs_per_sm,
 )
@@ -153,16 +154,18 @@ class AllReduceRMSNorm:
                 continue
             if distance % (16 * self.data.element_size()):
                 reasons.append(f"PE {pe}'s workspace is {distance} bytes away, not a multiple of 16 elements")
-        if forced == Push.STORES and reasons:
+        reasons = [r for rank_reasons in _every_rank(reasons, self.group) for r in rank_reasons]
+        if forced == Push.STORES and reasons:  # raised on every rank, so none waits for the others
             raise ValueError(f"push=Push.STORES needs every peer reachable by load/store: {reasons[0]}")
         if forced is not None:
             return forced
-        return Push.PUTS if any(_every_rank(bool(reasons), self.group)) else Push.STORES
+        return Push.PUTS if reasons else Push.STORES
 
     def _preload(self) -> None:
-        """Compile and load, before any rank communicates, the kernel of every algorithm this op can pick
-        (16-byte aligned tensors; :mod:`triton_raw_ext.preload` says why), and size its grid cap; the
-        ranks agree on the cap (the smallest), since program p of every rank must handle the same rows."""
+        """Compile and load, before any kernel that waits on peers is enqueued, the kernel of every
+        algorithm this op can pick (16-byte aligned tensors; :mod:`triton_raw_ext.preload` says why),
+        and size its grid cap (arn_plan.grid_cap); the ranks agree on the cap (the smallest), since
+        program p of every rank must handle the same rows."""
         from triton.runtime import driver
 
         from triton_raw_ext import runtime
@@ -176,13 +179,10 @@ class AllReduceRMSNorm:
             cfg = launch_config(algo, 1, self.hidden, 1, self.tuning)
             kernel = self._kernel(algo, cfg, self.hidden % 16 == 0)
             fit = programs_per_sm(kernel.n_regs, cfg.num_warps, kernel.metadata.shared, shared_per_sm)
-            if fit < 1:
+            every = _every_rank((props.multi_processor_count, fit), self.group)
+            if min(f for _, f in every) < 1:  # raised on every rank, so none waits for the others
                 raise RuntimeError(f"AllReduceRMSNorm: the {algo.name} kernel (H={self.hidden}) does not fit on an SM")
-            # Several PEs on one GPU (MPS): one program per SM over all of them. MPS does not promise to
-            # place programs of different processes on one SM; with 8 per SM the check hung (session 5).
-            per_sm = 1 if sharing > 1 else min(self.tuning.programs_per_sm, fit)
-            mine = max(1, props.multi_processor_count * per_sm // sharing)
-            self._resident[algo] = min(_every_rank(mine, self.group))
+            self._resident[algo] = min(grid_cap(sms, f, self.tuning.programs_per_sm, sharing) for sms, f in every)
         self._sealed = True
         runtime.host_barrier()
 
@@ -389,7 +389,10 @@ def main() -> int:
         help="for these T, also check CUDA-graph capture and replay",
     )
     parser.add_argument("--push", choices=["auto", "puts", "stores"], default="auto", help="how rows reach peers")
-    parser.add_argument("--tuning", default="", metavar="N[:WARPS[:ROWS]]", help="programs per SM, warps, row batch")
+    parser.add_argument(
+        "--tuning", type=parse_tuning, default=Tuning(), metavar="N[:WARPS[:ROWS]]",
+        help="programs per SM, warps, row batch (default: arn_plan.Tuning's)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the table here (rank 0)")
     args = parser.parse_args()
     forced = None if args.algorithm == "auto" else Algorithm[args.algorithm.upper()]
@@ -408,7 +411,7 @@ def main() -> int:
         for hidden in args.hidden:
             op = AllReduceRMSNorm(
                 hidden, by_name[dtype_name], max(args.tokens), algorithm=forced,
-                tuning=parse_tuning(args.tuning), push=push,
+                tuning=args.tuning, push=push,
             )  # fmt: skip
             for tokens in args.tokens:
                 for graph in [False, True] if tokens in args.graph_tokens else [False]:

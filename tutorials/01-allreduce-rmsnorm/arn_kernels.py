@@ -154,7 +154,8 @@ def _oneshot(
     R: tl.constexpr,
 ):  # fmt: skip
     """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish.
-    Both phases take R rows of the program at a time (arn_plan.Tuning.batch_rows)."""
+    Phase 2, and phase 1 with stores, take R rows of the program at a time (arn_plan.Tuning.batch_rows);
+    puts and signals go one row at a time."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     n_mine = (T - pid + grid - 1) // grid  # rows pid, pid + grid, ... below T
@@ -329,7 +330,7 @@ def kernel_source(
     ``dtype``: "bf16" or "fp16". ``aligned``: every tensor pointer is 16-byte aligned and H is a
     multiple of 16; this lets Triton emit 16-byte loads and stores, and the op checks it at launch.
     ``push``: how rows reach peers (arn_plan.Push; no effect at world 1). ``batch_rows``: rows a
-    one-shot program handles at once (arn_plan.batch_rows; no effect on the other algorithms).
+    one-shot program handles at once (arn_plan.Tuning.batch_rows; no effect on the other algorithms).
     """
     if dtype not in POINTER_TYPES:
         raise ValueError(f"dtype must be one of {sorted(POINTER_TYPES)}, got {dtype!r}")

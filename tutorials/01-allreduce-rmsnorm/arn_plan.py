@@ -8,10 +8,12 @@ Contracts (all tested on CPU in test/test_tutorial_1_plan.py):
 * :class:`WorkspaceLayout` describes the op's symmetric workspace: element offsets of the three
   landing regions inside one symmetric data tensor and the shape of the signal tensor. Every region
   has two halves selected by the parity of the per-row epoch (see the README, "Reuse without races").
-* :func:`launch_config` gives the grid and warps: one program per row at world 1, at most
+* :func:`launch_config` gives the grid, warps and row batch: one program per row at world 1, at most
   ``resident_programs`` programs (each looping over rows) when programs wait on other ranks, so that
-  every program of every rank can be resident at once and the waits cannot deadlock;
-  :func:`programs_per_sm` is how many programs of a compiled kernel fit on one SM at once.
+  every program of every rank can be resident at once and the waits cannot deadlock. That cap is
+  :func:`grid_cap` of the SMs and of :func:`programs_per_sm`, how many programs of the compiled
+  kernel fit on one SM at once; :class:`Tuning` holds the launch choices, :class:`Push` how rows
+  reach peers.
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ def launch_config(
     algo: Algorithm, tokens: int, hidden: int, resident_programs: int, tuning: Tuning = DEFAULT_TUNING
 ) -> LaunchConfig:
     """Grid, warps and row batch for one call. ``resident_programs``: programs this rank may keep
-    resident (see :class:`Tuning`); needed only when programs wait."""
+    resident (:func:`grid_cap`); needed only when programs wait."""
     if tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {tokens}")
     block_h = block_size(hidden)
@@ -247,6 +249,17 @@ def programs_per_sm(n_regs: int, num_warps: int, shared_bytes: int, shared_per_s
     by_warps = SM_MAX_WARPS // num_warps
     by_shared = shared_per_sm // (shared_bytes + SHARED_RESERVED_PER_PROGRAM)
     return min(by_regs, by_warps, by_shared, SM_MAX_PROGRAMS)
+
+
+def grid_cap(sms: int, fit: int, programs_per_sm: int, sharing: int) -> int:
+    """Programs one rank may launch so that all of them, on every PE sharing the GPU, are resident at
+    once: ``min(programs_per_sm, fit)`` per SM (``fit``: :func:`programs_per_sm` of the kernel), but
+    one per SM over all ``sharing`` PEs when several share the GPU (MPS does not promise to put
+    programs of different processes on one SM: with 8 per SM T1's check hung, session 5)."""
+    if min(sms, fit, programs_per_sm, sharing) < 1:
+        raise ValueError(f"grid_cap: every argument must be >= 1, got {sms=} {fit=} {programs_per_sm=} {sharing=}")
+    per_sm = 1 if sharing > 1 else min(programs_per_sm, fit)
+    return max(1, sms * per_sm // sharing)
 
 
 def effective_bytes(tokens: int, hidden: int, elem_bytes: int) -> int:

@@ -166,7 +166,7 @@ def _variant(text: str) -> tuple[str, Push, Tuning]:
     """``PUSH:N[:WARPS[:ROWS]]`` of ``--variants`` as (text, Push, Tuning)."""
     push, _, tuning = text.partition(":")
     try:
-        if push.upper() not in Push.__members__:
+        if push not in ("puts", "stores"):
             raise ValueError(f"PUSH must be puts or stores, got {push!r}")
         return text, Push[push.upper()], parse_tuning(tuning)
     except ValueError as exc:
@@ -194,6 +194,8 @@ def main() -> int:
     args = parser.parse_args()
     variants = [_variant(v) for v in args.variants]
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if variants and world == 1:
+        print("--variants ignored at world 1: they change only how rows reach peers and the waiting kernels' launch")
     shared_gpu = os.environ.get("TRITON_RAW_SHARED_GPU", "") not in ("", "0")
     if world > 1:
         from triton_raw_ext import runtime
@@ -255,16 +257,17 @@ def main() -> int:
                         row.update(algo=fused.algorithm_for(tokens).name.lower(), push=fused.push.name.lower())
                 rows.append(row)
     if rank == 0:
+        width = max(13, *(len(r["impl"]) for r in rows))
         print(
-            f"{'impl':>13} {'mode':>5} {'T':>5} {'H':>5} {'p50 us':>8} "
+            f"{'impl':>{width}} {'mode':>5} {'T':>5} {'H':>5} {'p50 us':>8} "
             f"{'p90 us':>8} {'p99 us':>8} {'TB/s':>6}"
         )
         for r in rows:
             if "skipped" in r:
-                print(f"{r['impl']:>13} {r['mode']:>5} {r['T']:5d} {r['H']:5d}  skipped: {r['skipped']}")
+                print(f"{r['impl']:>{width}} {r['mode']:>5} {r['T']:5d} {r['H']:5d}  skipped: {r['skipped']}")
             else:
                 print(
-                    f"{r['impl']:>13} {r['mode']:>5} {r['T']:5d} {r['H']:5d} {r['p50_us']:8.2f} "
+                    f"{r['impl']:>{width}} {r['mode']:>5} {r['T']:5d} {r['H']:5d} {r['p50_us']:8.2f} "
                     f"{r['p90_us']:8.2f} {r['p99_us']:8.2f} {r['tbps_p50']:6.2f}"
                 )
         goal = goal_vs_nccl(rows)
@@ -281,7 +284,7 @@ def main() -> int:
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "command": " ".join([sys.executable, *sys.argv]),
             "world": world, "shared_gpu": shared_gpu, "warmup": args.warmup, "repeats": args.repeats,
-            "inner": args.inner, "eps": EPS, "variants": args.variants,
+            "inner": args.inner, "eps": EPS, "variants": args.variants if world > 1 else [],
         }  # fmt: skip
         out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "bench" / "results"
         path = args.json or out_dir / f"bench_t1_w{world}_{datetime.date.today().isoformat()}.json"
