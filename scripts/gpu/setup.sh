@@ -16,9 +16,14 @@ WRAP
   chmod +x "$root/clang"
   export TRITON_RAW_CLANG="$root/clang"
 fi
-if [ ! -d /tmp/site/triton_raw_ext ]; then
+# (Re)install when the plugin's sources differ from what /tmp/site holds: a warm machine keeps /tmp.
+stamp=$(find triton_raw_ext runtime passes pyproject.toml -type f \( -name '*.py' -o -name '*.cu' -o -name '*.h' \
+          -o -name '*.cpp' -o -name '*.toml' -o -name '*.txt' \) -not -path '*/__pycache__/*' | sort | xargs cat | sha1sum)
+if [ ! -d /tmp/site/triton_raw_ext ] || [ "$(cat /tmp/site/.trx_sources 2>/dev/null)" != "$stamp" ]; then
+  rm -rf /tmp/site
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . >/tmp/pip.log 2>&1 \
     || { cat /tmp/pip.log; exit 1; }
+  echo "$stamp" >/tmp/site/.trx_sources
 fi
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 export RESULTS=${RESULTS:-/tmp/results}
