@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from triton_raw_ext.timing import percentile
+from triton_raw_ext.timing import percentile, rank_max
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -126,9 +126,9 @@ class Timer:
         if self.world > 1:
             import torch.distributed as dist
 
-            gathered: list[list[float] | None] = [None] * self.world
+            gathered: list[list[float]] = [[] for _ in range(self.world)]
             dist.all_gather_object(gathered, times)
-            times = [max(col) for col in zip(*gathered, strict=True)]
+            times = rank_max(gathered)
         return times
 
 
