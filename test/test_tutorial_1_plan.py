@@ -315,14 +315,11 @@ def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
 
     from triton_raw_ext import preload, runtime
 
-    class Device:
-        multi_processor_count = 132
-
     class Driver:
         class utils:
             @staticmethod
             def get_device_properties(index):
-                return {"max_shared_mem": 227 * 1024}
+                return {"max_shared_mem": 227 * 1024, "multiprocessor_count": 132}
 
         @staticmethod
         def get_current_target():
@@ -335,7 +332,6 @@ def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
     monkeypatch.setattr(driver, "_active", Driver())
     monkeypatch.setattr(preload, "load", load)
     monkeypatch.setattr(runtime, "host_barrier", lambda: None)
-    monkeypatch.setattr(allreduce.torch.cuda, "get_device_properties", lambda device: Device())
     op = allreduce.AllReduceRMSNorm.__new__(allreduce.AllReduceRMSNorm)
     op.world, op.rank, op.group, op.hidden, op.dtype, op.max_tokens = 4, 0, None, 2048, torch.bfloat16, 4096
     op.layout = WorkspaceLayout(4, 2048, 4096, 2)

@@ -170,16 +170,15 @@ class AllReduceRMSNorm:
 
         from triton_raw_ext import runtime
 
-        props = torch.cuda.get_device_properties(self.device)
-        # the most a block may opt in to, 1 KiB under the SM's 228 KiB on sm_90: a safe bound per SM
-        shared_per_sm = driver.active.utils.get_device_properties(self.device.index)["max_shared_mem"]
+        props = driver.active.utils.get_device_properties(self.device.index)
+        # max_shared_mem: the most a block may opt in to, 1 KiB under the SM's 228 KiB on sm_90: a safe bound per SM
         sharing = _pes_sharing_this_gpu(self.world)
         algos = {self.layout.algorithm_for(t) for t in (1, self.max_tokens)}  # one-shot up to a size, then two-shot
         for algo in sorted(algos):
             cfg = launch_config(algo, 1, self.hidden, 1, self.tuning)
             kernel = self._kernel(algo, cfg, self.hidden % 16 == 0)
-            fit = programs_per_sm(kernel.n_regs, cfg.num_warps, kernel.metadata.shared, shared_per_sm)
-            every = _every_rank((props.multi_processor_count, fit), self.group)
+            fit = programs_per_sm(kernel.n_regs, cfg.num_warps, kernel.metadata.shared, props["max_shared_mem"])
+            every = _every_rank((props["multiprocessor_count"], fit), self.group)
             if min(f for _, f in every) < 1:  # raised on every rank, so none waits for the others
                 raise RuntimeError(f"AllReduceRMSNorm: the {algo.name} kernel (H={self.hidden}) does not fit on an SM")
             self._resident[algo] = min(grid_cap(sms, f, self.tuning.programs_per_sm, sharing) for sms, f in every)
