@@ -9,11 +9,13 @@
 # Carry .debs/ when the machine has no clang (scripts/gpu/setup.sh unpacks it).
 set -u
 cd "$(dirname "$0")/../.."
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export NVSHMEM_SYMMETRIC_SIZE="${NVSHMEM_SYMMETRIC_SIZE:-4G}"
 T1=tutorials/01-allreduce-rmsnorm
 source scripts/gpu/results.sh
 RES=$(results_dir t1)
+export RESULTS=$RES
+source scripts/gpu/setup.sh  # NVLink multicast off, the plugin on PYTHONPATH, clang from .debs/ when missing
+set +e
 WORK=$(mktemp -d /tmp/t1_suite.XXXXXX)  # per-step logs and JSON, merged into $RES at the end
 BUDGET="${SUITE_BUDGET_S:-345}"
 START=$(date +%s)
@@ -37,8 +39,6 @@ run_step() {  # run_step NAME LIMIT_S CMD...: run under timeout, log to $WORK/NA
     else OUTCOMES+=("FAIL(rc=$rc)"); fi
 }
 
-source scripts/gpu/setup.sh  # the plugin on PYTHONPATH, clang from .debs/ when the machine has none
-set +e
 MPS_ON=0
 stop_mps() { if (( MPS_ON )); then echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; MPS_ON=0; fi; }
 trap stop_mps EXIT
