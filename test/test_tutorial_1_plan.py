@@ -304,11 +304,10 @@ def test_push_falls_back_to_puts_and_refuses_forced_stores(monkeypatch, peers):
         op._choose_push(Push.STORES)
 
 
-def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
-    """At world 4 with a large max_tokens a call may pick either algorithm: construction loads both
-    kernels (session 5 found the alignment guard refusing the second one during the preload itself),
-    then refuses any other kernel. Compiles for sm_90 on the CPU; loading and the host barrier are
-    stubbed."""
+def _op_to_preload(monkeypatch, shared_per_sm: int):
+    """An op at world 4, rank 0, H 2048, max_tokens 4096 (both algorithms possible), whose preload
+    compiles for sm_90 on the CPU against a device of 132 SMs with ``shared_per_sm`` bytes of shared
+    memory; loading (128 registers per thread) and the host barrier are stubbed."""
     import allreduce
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
@@ -319,7 +318,7 @@ def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
         class utils:
             @staticmethod
             def get_device_properties(index):
-                return {"max_shared_mem": 227 * 1024, "multiprocessor_count": 132}
+                return {"max_shared_mem": shared_per_sm, "multiprocessor_count": 132}
 
         @staticmethod
         def get_current_target():
@@ -337,9 +336,36 @@ def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
     op.layout = WorkspaceLayout(4, 2048, 4096, 2)
     op.device, op.tuning, op.push = torch.device("cuda", 0), Tuning(), Push.STORES
     op._kernels, op._resident, op._sealed = {}, {}, False
+    return op
+
+
+def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
+    """At world 4 with a large max_tokens a call may pick either algorithm: construction loads both
+    kernels (session 5 found the alignment guard refusing the second one during the preload itself),
+    then refuses any other kernel."""
+    op = _op_to_preload(monkeypatch, 227 * 1024)
     op._preload()
     assert set(op._resident) == {Algorithm.ONESHOT, Algorithm.TWOSHOT}
     assert {key[0] for key in op._kernels} == {int(Algorithm.ONESHOT), int(Algorithm.TWOSHOT)}
     assert op._sealed and op._resident[Algorithm.ONESHOT] == grid_cap(132, programs_per_sm(128, 2, 0, 227 * 1024), 8, 1)
     with pytest.raises(ValueError, match="16-byte aligned"):
         op._kernel(Algorithm.ONESHOT, launch_config(Algorithm.ONESHOT, 1, 2048, 1), aligned=False)
+
+
+def test_preload_refuses_a_kernel_that_does_not_fit_on_an_sm(monkeypatch):
+    op = _op_to_preload(monkeypatch, 512)  # less shared memory than one program reserves
+    with pytest.raises(RuntimeError, match=r"the ONESHOT kernel \(H=2048\) does not fit on an SM"):
+        op._preload()
+    assert not op._sealed
+
+
+def test_benchmark_variants_name_what_is_wrong():
+    from conftest import load_tutorial_aot
+
+    _variant = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark")._variant
+    assert _variant("puts")[1:] == (Push.PUTS, Tuning())
+    assert _variant("stores:8:2:1")[1:] == (Push.STORES, Tuning(8, 2, 1))
+    with pytest.raises(SystemExit, match="PUSH must be puts or stores, got 'Stores'"):
+        _variant("Stores:2")
+    with pytest.raises(SystemExit, match="tuning: expected"):
+        _variant("stores:x")
