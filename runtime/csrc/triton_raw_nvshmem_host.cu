@@ -19,6 +19,12 @@
 // The unique id must outlive nvshmemx_hostlib_init_attr, which keeps a pointer to it in `attr`.
 static nvshmemx_uniqueid_t g_unique_id;
 
+// Makes `device` current (the caller may be any thread) and waits for all work queued on it.
+static cudaError_t wait_for_device(int device) {
+    cudaError_t err = cudaSetDevice(device);
+    return err == cudaSuccess ? cudaDeviceSynchronize() : err;
+}
+
 extern "C" {
 
 // Bump when a signature below changes; Python refuses a library with another value.
@@ -76,7 +82,7 @@ int trx_init_with_unique_id(int rank, int nranks, const void *id) {
 // Collective teardown of what trx_init_with_unique_id set up; `device` as in trx_free, waited for
 // first for the reason given at trx_malloc.
 void trx_finalize(int device) {
-    if (cudaSetDevice(device) == cudaSuccess) cudaDeviceSynchronize();
+    wait_for_device(device);
     nvshmemx_hostlib_finalize();
 }
 
@@ -95,8 +101,7 @@ int trx_n_pes(void) { return nvshmem_n_pes(); }
 // GPU in NVSHMEM's limited-MPG mode uses a host barrier instead). Waiting serialises the two.
 int trx_malloc(size_t bytes, int device, void **out) {
     *out = NULL;
-    cudaError_t err = cudaSetDevice(device);
-    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    cudaError_t err = wait_for_device(device);
     if (err == cudaSuccess) *out = nvshmem_malloc(bytes);
     return (int)err;
 }
@@ -105,8 +110,7 @@ int trx_malloc(size_t bytes, int device, void **out) {
 // no queued kernel still uses the memory, and no barrier of the caller's streams overlaps
 // nvshmem_free's own (see trx_malloc). Returns the cudaError_t of that wait; frees either way.
 int trx_free(void *ptr, int device) {
-    cudaError_t err = cudaSetDevice(device);
-    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    cudaError_t err = wait_for_device(device);
     nvshmem_free(ptr);
     return (int)err;
 }
