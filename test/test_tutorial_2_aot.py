@@ -23,6 +23,7 @@ sys.path.insert(0, str(TUTORIAL))
 import ag_schedule as schedule  # noqa: E402
 
 NAMES = [name for name, _ in aot.kernels()]
+GEMMS = [name for name in NAMES if name.startswith("ag_gemm_")]
 
 
 @functools.cache
@@ -31,7 +32,7 @@ def _compiled(name: str):
     return triton.compile(source, target=TARGET, options=aot.options_for(name))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", GEMMS)
 def test_kernel_compiles_for_sm90_with_wgmma_and_tma(name):
     kernel = _compiled(name)
     ptx = kernel.asm["ptx"]
@@ -44,6 +45,11 @@ def test_kernel_compiles_for_sm90_with_wgmma_and_tma(name):
     assert ("ld.acquire.sys" in ptx) == waits
     assert ("fence.proxy.async.global" in ptx) == waits
     assert "call.uni" not in ptx or "ag_wait_ready" not in ptx, "the raw wait must be inlined"
+
+
+def test_wait_all_kernel_inlines_the_wait():
+    ptx = _compiled("ag_wait_all").asm["ptx"]
+    assert "ld.acquire.sys" in ptx and "fence.proxy.async.global" in ptx and "call.uni" not in ptx
 
 
 def test_smem_model_matches_the_compiler():
@@ -66,7 +72,7 @@ def test_wait_keeps_the_software_pipeline(dtype):
     with_wait = _compiled(f"ag_gemm_{dtype}_wait").asm["ttgir"]
     without = _compiled(f"ag_gemm_{dtype}_nowait").asm["ttgir"]
     assert _pipeline_shape(with_wait) == _pipeline_shape(without)
-    assert _pipeline_shape(with_wait)["stage_buffers"] == 2  # A and B, 3 stages each
+    assert _pipeline_shape(with_wait)["stage_buffers"] == 4  # A and B, 3 stages each, in each of the two loops
     assert with_wait.count("tt.extern_elementwise") == 1 and "tt.extern_elementwise" not in without
 
 
@@ -80,9 +86,10 @@ def _defs(ttgir: str) -> dict[str, set[str]]:
     return deps
 
 
-def test_a_loads_depend_on_the_wait():
-    """The A row offset of every TMA load of A is computed from the wait's result, so the pipeliner
-    cannot issue a load before its tile's wait."""
+def test_peer_a_loads_depend_on_the_wait_and_local_ones_do_not_wait():
+    """The A row offset of every TMA load of a peer's rows is computed from the wait's result, so the
+    pipeliner cannot issue a load before its tile's wait; loads of the local shard (the caller's
+    ``a``) have no wait to depend on."""
     ttgir = _compiled("ag_gemm_bfloat16_wait").asm["ttgir"]
     deps = _defs(ttgir)
     token = re.search(r"(%[\w.]+) = tt\.extern_elementwise", ttgir).group(1)
@@ -95,7 +102,12 @@ def test_a_loads_depend_on_the_wait():
         seen.add(value)
         return any(reaches(u, seen) for u in deps.get(value, ()))
 
-    loads = re.findall(r"async_tma_copy_global_to_local %a_desc\[(%[\w.#]+),", ttgir)
-    assert loads, "no TMA load of A found"
-    for row in loads:
-        assert reaches(re.sub(r"#\d+$", "", row), set()), f"A load at row {row} does not depend on the wait"
+    def load_rows(desc: str) -> list[str]:
+        rows = re.findall(rf"async_tma_copy_global_to_local %{desc}\[(%[\w.#]+),", ttgir)
+        assert rows, f"no TMA load of {desc} found"
+        return [re.sub(r"#\d+$", "", row) for row in rows]
+
+    for row in load_rows("gathered_desc"):
+        assert reaches(row, set()), f"A load at row {row} does not depend on the wait"
+    for row in load_rows("local_desc"):
+        assert not reaches(row, set()), f"local A load at row {row} depends on a wait"

@@ -5,22 +5,23 @@
 ``c = AllGather(a) @ b`` [world * m_per_rank, n_per_rank]. Collective: every rank calls it the
 same number of times, in the same order.
 
-One call, on rank ``me`` with epoch ``e`` (a per-operator counter, identical on every rank):
+One call, on rank ``me`` with epoch ``e`` (a per-operator counter, identical on every rank), on the
+current stream S, filling workspace buffer ``e % 2`` (two symmetric gathered-A buffers):
 
-1. ``barrier_all`` on the current stream S: every rank has finished its previous call (its GEMM
-   no longer reads its workspace, its pushes have landed), so workspaces may be overwritten.
-2. S: copy ``a`` into this rank's slot of the symmetric gathered-A workspace (skipped when ``a``
-   already is that slot, see :meth:`AllGatherGEMM.local_shard`), then ``ready[me] = e``.
-3. Side stream P (after S): for each destination in :func:`ag_schedule.push_order`, the copy engine
-   pushes the slot into the destination's workspace through a peer view, then a stream memory
-   write sets the destination's ``ready[me] = e`` (fenced after the copy).
-4. S: the persistent GEMM; each tile waits for ``ready[src] >= e`` of its source rank (raw CUDA
-   ``ag_wait_ready``), local shard first, then ranks in rotated order. S then joins P.
+1. Side stream P (after S, so after ``a`` is written): for each destination in
+   :func:`ag_schedule.push_order`, the copy engine pushes ``a`` into slot ``me`` of the
+   destination's buffer ``e % 2`` through a peer view, then a stream memory write raises the
+   destination's ``ready[me]`` to ``e`` (fenced after the copy).
+2. S: the persistent GEMM. Its tiles of the local shard read ``a`` itself (no copy, no wait); its
+   tiles of rank ``src`` wait for ``ready[src] >= e`` (raw CUDA ``ag_wait_ready``), then read buffer
+   ``e % 2``, ranks in rotated order. S then joins P.
 
-Epochs only grow, so flags are never reset; step 1 is what makes reuse across calls safe. The
-producer uses no SM (copy engine + stream writes), so it progresses while the GEMM fills the GPU.
-At world 1 there is no workspace and no runtime: the GEMM reads ``a`` directly, and still checks
-its ready flag (set on S each call).
+No barrier is needed between calls. A rank pushes call ``e`` into a peer's buffer ``e % 2`` only
+after its own GEMM of call ``e - 1`` ended (P follows S), and that GEMM waited for the peer's push of
+call ``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended: the last reader
+of buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two. Epochs only grow,
+so flags are never reset. The producer uses no SM (copy engine + stream writes), so it progresses
+while the GEMM fills the GPU. At world 1 there is no workspace, no flag and no runtime.
 
 Run the correctness check: ``python ag_gemm.py`` (world 1), ``torchrun --nproc_per_node=N
 ag_gemm.py`` (one GPU per rank), or ``TRITON_RAW_SHARED_GPU=1 torchrun --nproc_per_node=N
@@ -44,15 +45,16 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ag_reference as reference  # noqa: E402
-from ag_kernels import ag_gemm_kernel  # noqa: E402
-from ag_schedule import DEFAULT_CONFIG, GemmConfig, check_shapes, push_order  # noqa: E402
+from ag_kernels import ag_gemm_kernel, ag_wait_all_kernel  # noqa: E402
+from ag_schedule import DEFAULT_CONFIG, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order  # noqa: E402
 from ag_stream_ops import write_flag  # noqa: E402
+from ag_timing import SLEEP_CYCLES_PER_US  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # Shared-GPU mode (several PEs on one GPU): each PE's persistent GEMM takes SMs // PEs minus this
 # many programs. A GEMM holding every SM while it spins on a peer's flag can starve the work that
-# raises the flag (the peer's barrier kernel, or a same-device copy run on SMs): seen as the 20 s
-# wait trap at world 2 and 4 on the H200 for shapes whose tiles fill the GPU.
+# raises the flag (a same-device copy run on SMs; in session 2 also the per-call barrier kernel, since
+# removed): seen as the 20 s wait trap at world 2 and 4 on the H200 for shapes whose tiles fill the GPU.
 SPARE_SMS_PER_SHARING_PE = 2
 ISSUE_SHAPES = ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
                 (4096, 8192, 28672))  # (m_per_rank, n_per_rank, k)
@@ -85,11 +87,8 @@ class AllGatherGEMM:
         self.rank, self.world = _distributed_world(group)
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.epoch = 0
-        self._side = torch.cuda.Stream(self.device)
-        if self.world == 1:
-            self.gathered = None
+        if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
-            torch.cuda.synchronize(self.device)  # the zeroed flag must precede writes on any stream
             return
         from triton_raw_ext import runtime
 
@@ -100,19 +99,17 @@ class AllGatherGEMM:
         sharing = runtime.pes_per_gpu()
         if sharing > 1:  # shared-GPU mode: every PE's persistent GEMM must fit at once, with SMs to spare
             self.num_sms = max(1, self.num_sms // sharing - SPARE_SMS_PER_SHARING_PE)
-        self.gathered = runtime.empty((self.world * m_per_rank, k), dtype)
+        self._side = torch.cuda.Stream(self.device)
+        self.workspace = runtime.empty((WORKSPACE_BUFFERS, self.world * m_per_rank, k), dtype)
         self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
         slot = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)
-        self._push = [(runtime.peer(self.gathered, dst)[slot], runtime.peer(self.ready, dst)[self.rank].data_ptr())
-                      for dst in push_order(self.rank, self.world)]
-        self._gathered_desc = TensorDescriptor.from_tensor(self.gathered, [config.block_m, config.block_k])
+        order = push_order(self.rank, self.world)
+        self._push_slots = [[runtime.peer(self.workspace, dst)[buf, slot] for dst in order]
+                            for buf in range(WORKSPACE_BUFFERS)]
+        self._push_flags = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
+        self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
+                                for buf in self.workspace]
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
-
-    def local_shard(self) -> torch.Tensor:
-        """This rank's slot of the gathered-A workspace: write ``a`` here to skip one copy per call."""
-        if self.gathered is None:
-            raise RuntimeError("local_shard(): at world 1 there is no workspace; pass a directly")
-        return self.gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank]
 
     def _check(self, a: torch.Tensor, b: torch.Tensor | None) -> None:
         want = [("a", a, (self.m_per_rank, self.k))] + ([("b", b, (self.k, self.n))] if b is not None else [])
@@ -121,36 +118,30 @@ class AllGatherGEMM:
                 raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
                                  f"{tuple(t.shape)} {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
 
-    def _produce(self, a: torch.Tensor) -> TensorDescriptor:
-        """Steps 1-3 of the module docstring for a new epoch; returns the descriptor of gathered A."""
+    def _a_desc(self, a: torch.Tensor) -> TensorDescriptor:
+        return TensorDescriptor.from_tensor(a, [self.config.block_m, self.config.block_k])
+
+    def _produce(self, a: torch.Tensor) -> int:
+        """Step 1 of the module docstring for a new epoch; returns the workspace buffer it fills."""
         self.epoch += 1
-        main = torch.cuda.current_stream(self.device)
-        if self.world == 1:
-            write_flag(main, self.ready.data_ptr(), self.epoch)
-            return TensorDescriptor.from_tensor(a, [self.config.block_m, self.config.block_k])
-        from triton_raw_ext import runtime
-
-        runtime.barrier_all(main)
-        local = self.local_shard()
-        if a.data_ptr() != local.data_ptr():
-            local.copy_(a)
-        write_flag(main, self.ready[self.rank].data_ptr(), self.epoch)
-        self._side.wait_stream(main)
+        buf = self.epoch % WORKSPACE_BUFFERS
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._side):
-            for remote_slot, remote_flag in self._push:
-                remote_slot.copy_(local)
+            for remote_slot, remote_flag in zip(self._push_slots[buf], self._push_flags, strict=True):
+                remote_slot.copy_(a)
                 write_flag(self._side, remote_flag, self.epoch)
-        return self._gathered_desc
+        return buf
 
-    def _launch(self, a_desc: TensorDescriptor, b: torch.Tensor, out: torch.Tensor, wait: bool) -> None:
+    def _launch(self, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
+                out: torch.Tensor, wait: bool) -> None:
         cfg = self.config
         b_desc = TensorDescriptor.from_tensor(b, [cfg.block_k, cfg.block_n])
         c_block_n = cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
         c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
         tiles = (self.m_per_rank // cfg.block_m) * self.world * triton.cdiv(self.n, cfg.block_n)
         ag_gemm_kernel[(min(self.num_sms, tiles),)](
-            a_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank, self.n, self.k,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+            local_desc, gathered_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank,
+            self.n, self.k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
             NUM_SMS=self.num_sms, WAIT=wait, FLATTEN=cfg.flatten, EPILOGUE_SUBTILE=cfg.epilogue_subtile,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
@@ -169,33 +160,48 @@ class AllGatherGEMM:
         """``AllGather(a) @ b`` (collective); ordered on the current stream like a torch op."""
         self._check(a, b)
         out = self._output(out)
-        a_desc = self._produce(a)
-        self._launch(a_desc, b, out, wait=True)
-        if self.world > 1:
-            torch.cuda.current_stream(self.device).wait_stream(self._side)
+        local_desc = self._a_desc(a)
+        if self.world == 1:
+            self._launch(local_desc, local_desc, b, out, wait=True)
+            return out
+        buf = self._produce(a)
+        self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
+        torch.cuda.current_stream(self.device).wait_stream(self._side)
         return out
 
     def all_gather(self, a: torch.Tensor) -> torch.Tensor:
-        """Only the producer (collective): returns AllGather(a), ``a`` itself at world 1.
+        """Only the all-gather (collective): returns AllGather(a), ``a`` itself at world 1.
 
-        The result is the operator's workspace at world > 1: valid until the next call.
+        At world > 1 the result is a workspace buffer, valid until the next call of this operator:
+        the current stream waits until every peer's shard has landed in it (a one-program kernel).
         """
         self._check(a, None)
-        self._produce(a)
         if self.world == 1:
             return a
+        buf = self._produce(a)
+        gathered = self.workspace[buf]
+        gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank].copy_(a)
+        ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world)
         torch.cuda.current_stream(self.device).wait_stream(self._side)
-        return self.gathered
+        return gathered
 
-    def gemm(self, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Only the consumer GEMM without ready checks on an already gathered A (a baseline)."""
+    def gemm(self, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
+             checks: bool = False) -> torch.Tensor:
+        """Only the consumer GEMM on an already gathered A (a baseline of the benchmark).
+
+        Without ``checks`` it is the GEMM without ready checks. With ``checks`` (world > 1, after at
+        least one call) it runs them too, against the last call's epoch, whose flags are all up: the
+        cost of the checks alone, without any wait or transfer.
+        """
         shape = (self.world * self.m_per_rank, self.k)
         if tuple(gathered.shape) != shape or gathered.dtype != self.dtype or not gathered.is_contiguous():
             raise ValueError(f"gathered must be a contiguous {shape} {self.dtype} tensor")
-        self._check(gathered[: self.m_per_rank], b)
+        if checks and (self.world == 1 or self.epoch == 0):
+            raise ValueError("gemm(checks=True) needs world > 1 and a completed call whose flags it re-checks")
+        local = gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank]
+        self._check(local, b)
         out = self._output(out)
-        self._launch(TensorDescriptor.from_tensor(gathered, [self.config.block_m, self.config.block_k]), b, out,
-                     wait=False)
+        self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
         return out
 
 
@@ -211,41 +217,57 @@ def _reference_gathered(a: torch.Tensor, shape: tuple[int, int, int], dtype: tor
     return reference.rebuild_gathered(m, n, k, dtype, seed, call, world, a.device)
 
 
-def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
-    """Run one operator three times (inputs X, Y, X) and compare each with the reference.
+# Inputs of the check's calls (X, Y, X, Y): calls 3 and 4 must reproduce calls 1 and 2 bit for bit.
+CHECK_CALL_INPUTS = (0, 1, 0, 1)
+# Before every other call each rank's stream sleeps this long, odd ranks on the other calls than even
+# ones, so that ranks drift up to a call apart (what the double-buffered workspace must allow).
+SKEW_US = 300
 
-    Outputs are poisoned with NaN before each call; call 3 must equal call 1 bit for bit (a
-    difference between identical runs points at a race).
+
+def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
+    """Run one operator on inputs X, Y, X, Y back to back, ranks skewed, and compare with the reference.
+
+    Outputs are poisoned with NaN before the calls; nothing synchronises between the calls, so a
+    rank that runs ahead and overwrites a peer's buffer still in use shows as an error, and calls
+    3 and 4 must equal calls 1 and 2 bit for bit (a difference between identical runs points at a
+    race). ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
     """
     m, n, k = shape
     op = AllGatherGEMM(m, n, k, dtype, config=config)
     rank, world = op.rank, op.world
     tol = reference.TOLERANCE[dtype]
-    errors, outputs = [], []
-    for call in (0, 1, 0):
-        a, b = reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
-        out = torch.full((world * m, n), float("nan"), dtype=dtype, device=op.device)
-        op(a, b, out=out)
-        ref = reference.reference(_reference_gathered(a, shape, dtype, seed, call, world), b)
-        errors.append(reference.relative_error(out, ref))
-        outputs.append(out)
+    inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
+              for call in sorted(set(CHECK_CALL_INPUTS))}
+    outputs = [torch.full((world * m, n), float("nan"), dtype=dtype, device=op.device) for _ in CHECK_CALL_INPUTS]
     torch.cuda.synchronize()
-    repeat_equal = bool(torch.equal(outputs[0], outputs[2]))
-    ok = all(e <= tol for e in errors) and repeat_equal  # NaN compares False
+    for i, (call, out) in enumerate(zip(CHECK_CALL_INPUTS, outputs, strict=True)):
+        if world > 1 and (i + rank) % 2:
+            torch.cuda._sleep(SKEW_US * SLEEP_CYCLES_PER_US)
+        op(*inputs[call], out=out)
+    references = {call: _reference_gathered(inputs[call][0], shape, dtype, seed, call, world)
+                  for call in sorted(set(CHECK_CALL_INPUTS))}
+    errors = [reference.relative_error(out, reference.reference(references[call], inputs[call][1]))
+              for call, out in zip(CHECK_CALL_INPUTS, outputs, strict=True)]
+    gathered_equal = bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
+    torch.cuda.synchronize()
+    repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + 2])) for i in range(len(outputs) - 2))
+    ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal  # NaN compares False
     return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
-            "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal, "ok": ok,
-            "config": config.describe()}
+            "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal,
+            "all_gather_exact": gathered_equal, "ok": ok, "config": config.describe()}
 
 
 def print_table(rows: list[dict]) -> None:
-    """One line per (shape, dtype, rank): worst relative error of the three calls and the verdict."""
-    print(f"{'shape':>18} {'dtype':>9} {'world':>5} {'rank':>4} {'max rel err':>11} {'tol':>7} {'repeat':>6}  result")
+    """One line per (shape, dtype, rank): worst relative error of the calls and the verdict."""
+    print(f"{'shape':>18} {'dtype':>9} {'world':>5} {'rank':>4} {'max rel err':>11} {'tol':>7} {'repeat':>6} "
+          f"{'gather':>6}  result")
     for r in rows:
         errs = r.get("rel_errors") or [float("nan")]
         err = float("nan") if any(e != e for e in errs) else max(errs)
         verdict = "PASS" if r["ok"] else "FAIL " + r.get("error", "")
         print(f"{'x'.join(map(str, r['shape'])):>18} {r['dtype']:>9} {r.get('world', '?'):>5} {r.get('rank', '?'):>4} "
-              f"{err:>11.3e} {r.get('tolerance', 0):>7.0e} {str(r.get('repeat_bitwise_equal', '-')):>6}  {verdict}")
+              f"{err:>11.3e} {r.get('tolerance', 0):>7.0e} {str(r.get('repeat_bitwise_equal', '-')):>6} "
+              f"{str(r.get('all_gather_exact', '-')):>6}  {verdict}")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:

@@ -12,6 +12,8 @@ SUPPORTED_DTYPES = ("bfloat16", "float16")
 ELEMENT_BYTES = 2
 TMA_ALIGN_BYTES = 16
 SMEM_LIMIT_BYTES = 227 * 1024  # per-block opt-in limit of sm_90
+# Call e fills buffer e % 2: a peer may run one call ahead without a barrier (see ag_gemm.py).
+WORKSPACE_BUFFERS = 2
 
 
 @dataclass(frozen=True)
@@ -71,20 +73,20 @@ def tile_coords(tile: int, rank: int, world: int, m_tiles_per_rank: int, num_pid
                 group_m: int) -> tuple[int, int, int]:
     """(pid_m, pid_n, src) of linear tile ``tile`` for ``rank``.
 
-    Tiles are grouped ``group_m`` rows of the *rotated* M axis at a time (for L2 reuse of B);
-    rotated row ``vm`` belongs to source rank ``(rank + vm // m_tiles_per_rank) % world``, so
-    tiles of the local shard come first and then each following rank in turn.
+    Shards are visited one after the other, the local one first, then ranks ``rank+1, rank+2, ...``
+    (tiles ``[s * T, (s + 1) * T)`` with ``T = m_tiles_per_rank * num_pid_n`` belong to rank
+    ``(rank + s) % world``). Within a shard, tiles are grouped ``group_m`` rows at a time for L2
+    reuse of B; the last group of a shard may be shorter, so no group straddles two shards.
     """
+    tiles_per_shard = m_tiles_per_rank * num_pid_n
+    step, in_shard = divmod(tile, tiles_per_shard)
     group_size = group_m * num_pid_n
-    group = tile // group_size
-    first_m = group * group_m
-    rows = min(m_tiles_per_rank * world - first_m, group_m)
-    in_group = tile % group_size
-    vm = first_m + in_group % rows
+    first_m = (in_shard // group_size) * group_m
+    rows = min(m_tiles_per_rank - first_m, group_m)
+    in_group = in_shard % group_size
     pid_n = in_group // rows
-    step = vm // m_tiles_per_rank
     src = (rank + step) % world
-    pid_m = src * m_tiles_per_rank + vm % m_tiles_per_rank
+    pid_m = src * m_tiles_per_rank + first_m + in_group % rows
     return pid_m, pid_n, src
 
 
@@ -99,8 +101,9 @@ def push_order(rank: int, world: int) -> list[int]:
 
 
 def workspace_bytes(m_per_rank: int, k: int, world: int) -> int:
-    """Symmetric bytes per rank: the gathered A plus one int32 ready flag per rank (16-B aligned)."""
-    gathered = world * m_per_rank * k * ELEMENT_BYTES
+    """Symmetric bytes per rank at world > 1: two gathered-A buffers (used by epoch parity) plus one
+    int32 ready flag per rank (16-B aligned)."""
+    gathered = WORKSPACE_BUFFERS * world * m_per_rank * k * ELEMENT_BYTES
     flags = -(-world * 4 // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES
     return gathered + flags
 

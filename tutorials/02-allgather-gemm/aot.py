@@ -1,10 +1,10 @@
 """Every Triton kernel of tutorial 2 with representative signatures, for ahead-of-time compiles.
 
 ``kernels()`` is the contract the project's main job uses: it compiles each source for sm_90 on
-machines without a GPU. The list covers both dtypes, the kernel with and without its ready-flag
-waits, and every candidate config the benchmark may pick. ``options_for(name)`` gives the
-``triton.compile`` options the operator launches that kernel with (its warps and stages); every
-kernel also compiles with Triton's default options.
+machines without a GPU. The list covers both dtypes, the GEMM with and without its ready-flag
+waits, every candidate config the benchmark may pick, and ``all_gather()``'s wait kernel.
+``options_for(name)`` gives the ``triton.compile`` options the operator launches that kernel with
+(its warps and stages); every kernel also compiles with Triton's default options.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ag_kernels import ag_gemm_kernel  # noqa: E402
+from ag_kernels import ag_gemm_kernel, ag_wait_all_kernel  # noqa: E402
 from ag_schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, GemmConfig  # noqa: E402
 
 H200_SMS = 132
@@ -30,7 +30,8 @@ def gemm_source(dtype: str = "bfloat16", config: GemmConfig = DEFAULT_CONFIG, wa
     t = TRITON_DTYPES[dtype]
     c_block_n = config.block_n // 2 if config.epilogue_subtile else config.block_n
     signature = {
-        "a_desc": f"tensordesc<{t}[{config.block_m},{config.block_k}]>",
+        "local_desc": f"tensordesc<{t}[{config.block_m},{config.block_k}]>",
+        "gathered_desc": f"tensordesc<{t}[{config.block_m},{config.block_k}]>",
         "b_desc": f"tensordesc<{t}[{config.block_k},{config.block_n}]>",
         "c_desc": f"tensordesc<{t}[{config.block_m},{c_block_n}]>",
         "ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32", "m_per_rank": "i32",
@@ -58,10 +59,14 @@ def kernels() -> list[tuple[str, ASTSource]]:
             out.append((f"ag_gemm_{dtype}_{'wait' if wait else 'nowait'}", gemm_source(dtype, wait=wait)))
     for i, config in enumerate(CANDIDATE_CONFIGS[1:], start=1):
         out.append((f"ag_gemm_bfloat16_wait_cfg{i}", gemm_source("bfloat16", config)))
+    wait_all = {"ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32"}
+    out.append(("ag_wait_all", ASTSource(ag_wait_all_kernel, signature=wait_all)))
     return out
 
 
 def options_for(name: str) -> dict[str, int]:
     """The launch options of kernel ``name`` from :func:`kernels` (``..._cfg<i>``: candidate i)."""
+    if name == "ag_wait_all":
+        return {}  # launched with Triton's defaults
     match = re.search(r"_cfg(\d+)$", name)
     return compile_options(CANDIDATE_CONFIGS[int(match.group(1))] if match else DEFAULT_CONFIG)

@@ -1,5 +1,8 @@
 """Benchmark of AllGatherGEMM: AG-GEMM total, all-gather alone, GEMM alone, torch baseline; one run.
 
+At world > 1 ``gemm_checked`` is the GEMM alone with its ready checks (flags already up), which
+splits AG-GEMM's cost over the GEMM alone into the checks and the overlap with the transfers.
+
 ``python benchmark.py`` (world 1) or ``[TRITON_RAW_SHARED_GPU=1] torchrun --nproc_per_node=N
 benchmark.py``. Variants are timed in interleaved rounds (see :mod:`ag_timing`); times are rank-max
 per repeat, reported as p50/p90/p99, with each variant's host enqueue time and whether the device
@@ -91,6 +94,8 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
         tag = "" if args.configs == "default" else f"[cfg{i}]"
         variants[f"ag_gemm{tag}"] = lambda op=op: op(a, b, out=out)
         variants[f"gemm_alone{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out)
+        if world > 1:  # the same with the ready checks (all flags up): their cost without the overlap
+            variants[f"gemm_checked{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out, checks=True)
         if i == 0:
             variants["all_gather_alone"] = lambda op=op: op.all_gather(a)
     if world == 1:
