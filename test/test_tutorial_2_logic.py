@@ -178,3 +178,13 @@ def test_tolerance_passes_output_rounding_and_fails_a_wrong_tile(dtype):
     poisoned = rounded.clone()
     poisoned[3, 5] = float("nan")
     assert reference.relative_error(poisoned, ref) != reference.relative_error(poisoned, ref)  # NaN
+
+
+def test_operator_refuses_graph_capture_with_a_reason(monkeypatch):
+    import ag_gemm
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph at world > 1.*stale flags"):
+        ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")  # eager: no error

@@ -68,6 +68,19 @@ def _distributed_world(group: Any) -> tuple[int, int]:
     return 0, 1
 
 
+def refuse_graph_capture(what: str) -> None:
+    """Raise RuntimeError when the current stream is capturing a CUDA graph.
+
+    At world > 1 a call bakes its epoch (a host counter) into the flag writes and the kernel's
+    waits; a replayed graph would reuse it, find the flags already up and read buffers that peers
+    are still writing: wrong results without an error. So the operator runs eagerly only.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"{what} cannot be captured in a CUDA graph at world > 1: each call's epoch is a "
+                           "host value that a replay would repeat, so its ready checks would pass on stale flags. "
+                           "Call the operator outside graph capture (at world 1 it may be captured).")
+
+
 class AllGatherGEMM:
     """Reusable AllGather(A) @ B operator with its symmetric workspace (see the module docstring).
 
@@ -164,6 +177,7 @@ class AllGatherGEMM:
         if self.world == 1:
             self._launch(local_desc, local_desc, b, out, wait=True)
             return out
+        refuse_graph_capture("AllGatherGEMM.__call__")
         buf = self._produce(a)
         self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
         torch.cuda.current_stream(self.device).wait_stream(self._side)
@@ -178,6 +192,7 @@ class AllGatherGEMM:
         self._check(a, None)
         if self.world == 1:
             return a
+        refuse_graph_capture("AllGatherGEMM.all_gather")
         buf = self._produce(a)
         gathered = self.workspace[buf]
         gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank].copy_(a)
