@@ -103,7 +103,7 @@ c = torch.full((world * m, n), float("nan"), dtype=torch.float16)
 ready = torch.zeros(world, dtype=torch.int32)
 descs = [TensorDescriptor.from_tensor(t, shape) for t, shape in ((a, [bm, bk]), (gathered, [bm, bk]),
                                                                   (b, [bk, bn]), (c, [bm, bn]))]
-ag_kernels.ag_gemm_kernel[(5,)](*descs, ready, 1, rank, world, m, n, k, 1, 2, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+ag_kernels.ag_gemm_kernel[(5,)](*descs, ready, 1, rank, world, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                 GROUP_M=2, NUM_SMS=5, WAIT=False, FLATTEN=False, EPILOGUE_SUBTILE=False)
 full = gathered.clone()
 full[rank * m:(rank + 1) * m] = a
@@ -188,17 +188,3 @@ def test_operator_refuses_graph_capture_with_a_reason(monkeypatch):
         ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")  # eager: no error
-
-
-def test_push_plans_parse_and_split_shards_into_whole_tiles():
-    assert schedule.parse_push_plan("4x2") == schedule.PushPlan(chunks=4, streams=2)
-    for bad in ("4", "4x0", "0x1", "ax2", "4x2x1"):
-        with pytest.raises(ValueError, match="CHUNKSxSTREAMS|at least one"):
-            schedule.parse_push_plan(bad)
-    for m_tiles in (1, 3, 8, 32):
-        for chunks in (1, 2, 3, 4, 8, 64):
-            per = schedule.tiles_per_chunk(m_tiles, chunks)
-            used = -(-m_tiles // per)  # chunks that hold tiles: the flags per source rank
-            assert 1 <= used <= chunks and (used - 1) * per < m_tiles <= used * per
-    assert schedule.workspace_bytes(4096, 8192, 2, chunks=4) == 2 * (2 * 4096 * 8192 * 2) + 32
-

@@ -17,8 +17,6 @@
 #   T1_VARIANTS     T1 op variants PUSH:N[:WARPS[:ROWS]] timed beside the default (benchmark.py --variants),
 #                   default "puts:8"; the T1 check also runs with each one's push and tuning
 #   T2_CONFIGS      T2 benchmark tile configs: "default" (the default) or "all" (every candidate, side by side)
-#   T2_PUSH_PLANS   T2 push plans CHUNKSxSTREAMS timed beside the default (benchmark.py --push-plans), default
-#                   none; the T2 check also runs with each one
 #   MAX_STEP_S      if set, no step runs longer (a short look at where a hang is)
 #   SUITE_BUDGET_S  wall-clock budget of the whole suite including setup, default 530 s: every step runs
 #                   under `timeout` with min(its cap, time left - 10 s); a step with < 30 s left is SKIPPED
@@ -115,14 +113,8 @@ for W in "${RUN_WORLDS[@]}"; do
   fi
   if wants 2; then
     step t2_correct_w$W "$W" 120 $TR --nproc_per_node="$W" $T2/ag_gemm.py --json "$RES/t2_correct_w$W.json"
-    for plan in ${T2_PUSH_PLANS-}; do
-      step "t2_correct_w${W}_push_$plan" "$W" 120 $TR --nproc_per_node="$W" $T2/ag_gemm.py --push "$plan" \
-        --json "$RES/t2_correct_w${W}_push_$plan.json"
-    done
-    plans=()
-    [[ -n ${T2_PUSH_PLANS-} ]] && plans=(--push-plans 1x1 ${T2_PUSH_PLANS})
     step t2_bench_w$W "$W" 240 $TR --nproc_per_node="$W" $T2/benchmark.py --shapes $T2_SHAPES \
-      --configs "${T2_CONFIGS:-default}" "${plans[@]}" --out "$RES/t2_bench_w$W"
+      --configs "${T2_CONFIGS:-default}" --out "$RES/t2_bench_w$W"
   fi
   if wants 3; then
     step t3_correct_w$W "$W" 120 $TR --nproc_per_node="$W" $T3/megamoe.py --cases small prod \

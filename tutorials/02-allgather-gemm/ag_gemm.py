@@ -8,23 +8,20 @@ same number of times, in the same order.
 One call, on rank ``me`` with epoch ``e`` (a per-operator counter, identical on every rank), on the
 current stream S, filling workspace buffer ``e % 2`` (two symmetric gathered-A buffers):
 
-1. Side streams (after S, so after ``a`` is written): for each destination in
+1. Side stream P (after S, so after ``a`` is written): for each destination in
    :func:`ag_schedule.push_order`, the copy engine pushes ``a`` into slot ``me`` of the
-   destination's buffer ``e % 2`` through a peer view, in the push plan's row chunks (streams taken
-   round-robin); after each chunk a stream memory write raises the destination's flag
-   ``ready[me, chunk]`` to ``e`` (fenced after the copy).
+   destination's buffer ``e % 2`` through a peer view, then a stream memory write raises the
+   destination's ``ready[me]`` to ``e`` (fenced after the copy).
 2. S: the persistent GEMM. Its tiles of the local shard read ``a`` itself (no copy, no wait); its
-   tiles of rank ``src`` wait for the flag of their chunk to reach ``e`` (raw CUDA ``ag_wait_ready``),
-   then read buffer ``e % 2``, ranks in rotated order. S then joins the side streams.
+   tiles of rank ``src`` wait for ``ready[src] >= e`` (raw CUDA ``ag_wait_ready``), then read buffer
+   ``e % 2``, ranks in rotated order. S then joins P.
 
 No barrier is needed between calls. A rank pushes call ``e`` into a peer's buffer ``e % 2`` only
-after its own GEMM of call ``e - 1`` ended (the side streams follow S), and that GEMM waited for the
-peer's pushes of call ``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended:
-the last reader of buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
-Epochs only grow, so flags are never reset; a flag's chunk always travels on the same side stream,
-so a flag raised for a later call also means that chunk of the earlier call has landed. The
-producer uses no SM (copy engine + stream writes), so it progresses while the GEMM fills the GPU.
-At world 1 there is no workspace, no flag and no runtime.
+after its own GEMM of call ``e - 1`` ended (P follows S), and that GEMM waited for the peer's push of
+call ``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended: the last reader
+of buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two. Epochs only grow,
+so flags are never reset. The producer uses no SM (copy engine + stream writes), so it progresses
+while the GEMM fills the GPU. At world 1 there is no workspace, no flag and no runtime.
 
 Run the correctness check: ``python ag_gemm.py`` (world 1), ``torchrun --nproc_per_node=N
 ag_gemm.py`` (one GPU per rank), or ``TRITON_RAW_SHARED_GPU=1 torchrun --nproc_per_node=N
@@ -49,17 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ag_reference as reference  # noqa: E402
 from ag_kernels import ag_gemm_kernel, ag_wait_all_kernel  # noqa: E402
-from ag_schedule import (  # noqa: E402
-    DEFAULT_CONFIG,
-    DEFAULT_PUSH,
-    WORKSPACE_BUFFERS,
-    GemmConfig,
-    PushPlan,
-    check_shapes,
-    parse_push_plan,
-    push_order,
-    tiles_per_chunk,
-)
+from ag_schedule import DEFAULT_CONFIG, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order  # noqa: E402
 from ag_stream_ops import write_flag  # noqa: E402
 from ag_timing import SLEEP_CYCLES_PER_US  # noqa: E402
 
@@ -100,12 +87,11 @@ class AllGatherGEMM:
     ``group``: the torch.distributed group of the ranks (default group; none at all for one
     process). With more than one rank, NVSHMEM is initialised over ``group`` if it is not yet
     (``triton_raw_ext.runtime.init``). ``config``: the GEMM's tiles; ``m_per_rank`` must be a
-    multiple of ``config.block_m``. ``push``: how the shard travels to each peer (chunks, each with
-    its own ready flag, and side streams; world > 1 only).
+    multiple of ``config.block_m``.
     """
 
     def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
-                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG, push: PushPlan = DEFAULT_PUSH) -> None:
+                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG) -> None:
         if dtype not in DTYPES.values():
             raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
         check_shapes(m_per_rank, n_per_rank, k, config)
@@ -114,9 +100,6 @@ class AllGatherGEMM:
         self.rank, self.world = _distributed_world(group)
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.epoch = 0
-        m_tiles = m_per_rank // config.block_m
-        self._tiles_per_chunk = tiles_per_chunk(m_tiles, push.chunks)
-        self._chunks = -(-m_tiles // self._tiles_per_chunk)  # flags per source rank
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
             return
@@ -129,23 +112,14 @@ class AllGatherGEMM:
         sharing = runtime.pes_per_gpu()
         if sharing > 1:  # shared-GPU mode: every PE's persistent GEMM must fit at once, with SMs to spare
             self.num_sms = max(1, self.num_sms // sharing - SPARE_SMS_PER_SHARING_PE)
-        self._sides = [torch.cuda.Stream(self.device) for _ in range(push.streams)]
+        self._side = torch.cuda.Stream(self.device)
         self.workspace = runtime.empty((WORKSPACE_BUFFERS, self.world * m_per_rank, k), dtype)
-        self.ready = runtime.zeros((self.world, self._chunks), torch.int32)  # collective; ends with a barrier
-        rows = self._tiles_per_chunk * config.block_m
-        chunk_rows = [slice(start, min(start + rows, m_per_rank)) for start in range(0, m_per_rank, rows)]
-        # (buffer) -> [(source rows of a, destination view, destination flag address, side stream)], in
-        # push order: destinations in the order of their need, chunks in row order, streams round-robin.
-        self._pushes: list[list[tuple[slice, torch.Tensor, int, torch.cuda.Stream]]] = []
-        for buf in range(WORKSPACE_BUFFERS):
-            pushes = []
-            for dst in push_order(self.rank, self.world):
-                remote, flags = runtime.peer(self.workspace, dst)[buf], runtime.peer(self.ready, dst)[self.rank]
-                for c, src_rows in enumerate(chunk_rows):
-                    dst_rows = slice(self.rank * m_per_rank + src_rows.start, self.rank * m_per_rank + src_rows.stop)
-                    side = self._sides[len(pushes) % len(self._sides)]
-                    pushes.append((src_rows, remote[dst_rows], flags[c].data_ptr(), side))
-            self._pushes.append(pushes)
+        self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
+        slot = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)
+        order = push_order(self.rank, self.world)
+        self._push_slots = [[runtime.peer(self.workspace, dst)[buf, slot] for dst in order]
+                            for buf in range(WORKSPACE_BUFFERS)]
+        self._push_flags = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
         self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
                                 for buf in self.workspace]
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
@@ -164,19 +138,12 @@ class AllGatherGEMM:
         """Step 1 of the module docstring for a new epoch; returns the workspace buffer it fills."""
         self.epoch += 1
         buf = self.epoch % WORKSPACE_BUFFERS
-        main = torch.cuda.current_stream(self.device)
-        for side in self._sides:
-            side.wait_stream(main)
-        for src_rows, remote, flag, side in self._pushes[buf]:
-            with torch.cuda.stream(side):
-                remote.copy_(a[src_rows])
-            write_flag(side, flag, self.epoch)
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._side):
+            for remote_slot, remote_flag in zip(self._push_slots[buf], self._push_flags, strict=True):
+                remote_slot.copy_(a)
+                write_flag(self._side, remote_flag, self.epoch)
         return buf
-
-    def _join_pushes(self) -> None:
-        main = torch.cuda.current_stream(self.device)
-        for side in self._sides:
-            main.wait_stream(side)
 
     def _launch(self, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
                 out: torch.Tensor, wait: bool) -> None:
@@ -187,8 +154,7 @@ class AllGatherGEMM:
         tiles = (self.m_per_rank // cfg.block_m) * self.world * triton.cdiv(self.n, cfg.block_n)
         ag_gemm_kernel[(min(self.num_sms, tiles),)](
             local_desc, gathered_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank,
-            self.n, self.k, self._chunks, self._tiles_per_chunk,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+            self.n, self.k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
             NUM_SMS=self.num_sms, WAIT=wait, FLATTEN=cfg.flatten, EPILOGUE_SUBTILE=cfg.epilogue_subtile,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
@@ -214,7 +180,7 @@ class AllGatherGEMM:
         refuse_graph_capture("AllGatherGEMM.__call__")
         buf = self._produce(a)
         self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
-        self._join_pushes()
+        torch.cuda.current_stream(self.device).wait_stream(self._side)
         return out
 
     def all_gather(self, a: torch.Tensor) -> torch.Tensor:
@@ -230,8 +196,8 @@ class AllGatherGEMM:
         buf = self._produce(a)
         gathered = self.workspace[buf]
         gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank].copy_(a)
-        ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world, self._chunks)
-        self._join_pushes()
+        ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world)
+        torch.cuda.current_stream(self.device).wait_stream(self._side)
         return gathered
 
     def gemm(self, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
@@ -273,8 +239,7 @@ CHECK_CALL_INPUTS = (0, 1, 0, 1)
 SKEW_US = 300
 
 
-def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig,
-                push: PushPlan = DEFAULT_PUSH) -> dict:
+def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
     """Run one operator on inputs X, Y, X, Y back to back, ranks skewed, and compare with the reference.
 
     Outputs are poisoned with NaN before the calls; nothing synchronises between the calls, so a
@@ -283,7 +248,7 @@ def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, conf
     race). ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
     """
     m, n, k = shape
-    op = AllGatherGEMM(m, n, k, dtype, config=config, push=push)
+    op = AllGatherGEMM(m, n, k, dtype, config=config)
     rank, world = op.rank, op.world
     tol = reference.TOLERANCE[dtype]
     inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
@@ -304,8 +269,7 @@ def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, conf
     ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal  # NaN compares False
     return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
             "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal,
-            "all_gather_exact": gathered_equal, "ok": ok, "config": config.describe(),
-            "push": push.describe()}
+            "all_gather_exact": gathered_equal, "ok": ok, "config": config.describe()}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -328,21 +292,12 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
     return parts  # type: ignore[return-value]
 
 
-def _push_plan(text: str) -> PushPlan:
-    try:
-        return parse_push_plan(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", type=_parse_shape, nargs="+", default=list(ISSUE_SHAPES),
                         help="m_per_rank x n_per_rank x k, e.g. 4096x8192x8192")
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--push", type=_push_plan, default=DEFAULT_PUSH,
-                        help="world > 1: push plan CHUNKSxSTREAMS (chunks with their own flags x side streams)")
     parser.add_argument("--json", type=Path, help="write the rows of every rank here (rank 0 writes)")
     args = parser.parse_args(argv)
     import torch.distributed as dist
@@ -360,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             label = f"rank {os.environ.get('RANK', '0')}: {'x'.join(map(str, shape))} {dtype_name}"
             print(f"{label}: started", file=sys.stderr, flush=True)  # a timeout or trap shows which shape
             try:
-                row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG, args.push)
+                row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG)
             except (ValueError, RuntimeError) as e:
                 row = {"shape": list(shape), "dtype": dtype_name, "ok": False, "error": str(e)[:400]}
             row["seconds"] = round(time.perf_counter() - t0, 2)

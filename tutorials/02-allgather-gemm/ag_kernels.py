@@ -10,8 +10,7 @@ The walk has two loops. The first covers the local shard and reads it from ``loc
 caller's ``a``, ready in stream order: no wait, no copy into the workspace). The second continues
 the same strided walk over the peers' shards in ``gathered_desc`` (the workspace the producer fills);
 before a tile loads rows of source rank ``src`` it calls the raw CUDA function ``ag_wait_ready`` on
-the flag of the pushed chunk holding those rows, ``ready[src * chunks + row_tile // tiles_per_chunk]``
-(``WAIT=True``), which returns once the producer has raised that flag to ``epoch``.
+``ready[src]`` (``WAIT=True``), which returns once the producer has raised that flag to ``epoch``.
 The returned 0 is added to the A row offset, so every TMA load of the tile depends on the wait in
 the IR and Triton's pipeliner keeps it after the wait. ``WAIT=False`` is the same GEMM without the
 checks (the "GEMM alone" baseline, on an already gathered A).
@@ -71,8 +70,8 @@ def _gemm_tile(a_desc, offs_am, b_desc, c_desc, offs_m, offs_n, k_tiles, BLOCK_M
 
 @triton.jit(do_not_specialize=["epoch", "rank"])
 def ag_gemm_kernel(
-    local_desc, gathered_desc, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K, chunks,
-    tiles_per_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    local_desc, gathered_desc, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr, WAIT: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
 ):  # fmt: skip
     m_tiles_per_rank = m_per_rank // BLOCK_M
@@ -94,16 +93,13 @@ def ag_gemm_kernel(
         offs_m = pid_m * BLOCK_M
         offs_am = offs_m
         if WAIT:
-            chunk = (pid_m - src * m_tiles_per_rank) // tiles_per_chunk
-            offs_am += raw.call(ag_wait_ready, [ready_ptr + src * chunks + chunk, epoch])
+            offs_am += raw.call(ag_wait_ready, [ready_ptr + src, epoch])
         _gemm_tile(gathered_desc, offs_am, b_desc, c_desc, offs_m, pid_n * BLOCK_N, k_tiles, BLOCK_M, BLOCK_N,
                    BLOCK_K, EPILOGUE_SUBTILE)
 
 
 @triton.jit(do_not_specialize=["epoch", "rank"])
-def ag_wait_all_kernel(ready_ptr, epoch, rank, world, chunks):
-    """One program: returns once every peer's ``ready`` flags (``chunks`` per rank) have reached
-    ``epoch`` (``all_gather()``)."""
+def ag_wait_all_kernel(ready_ptr, epoch, rank, world):
+    """One program: returns once every peer's ``ready`` flag has reached ``epoch`` (``all_gather()``)."""
     for step in range(1, world):
-        for chunk in range(chunks):
-            raw.call(ag_wait_ready, [ready_ptr + ((rank + step) % world) * chunks + chunk, epoch])
+        raw.call(ag_wait_ready, [ready_ptr + (rank + step) % world, epoch])

@@ -51,40 +51,6 @@ CANDIDATE_CONFIGS = (
 )
 
 
-@dataclass(frozen=True)
-class PushPlan:
-    """How a rank's shard travels to each peer: in ``chunks`` row blocks, each raising its own ready
-    flag (so a peer's tiles of the first rows start before the last rows land), spread round-robin
-    over ``streams`` side streams (copies on different streams may use different copy engines)."""
-
-    chunks: int = 1
-    streams: int = 1
-
-    def __post_init__(self) -> None:
-        if self.chunks < 1 or self.streams < 1:
-            raise ValueError(f"push plan needs at least one chunk and one stream, got {self.chunks}x{self.streams}")
-
-    def describe(self) -> str:
-        return f"{self.chunks}x{self.streams}"
-
-
-DEFAULT_PUSH = PushPlan()
-
-
-def parse_push_plan(text: str) -> PushPlan:
-    """``CHUNKSxSTREAMS`` (e.g. ``4x2``) as a :class:`PushPlan`; ValueError on anything else."""
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"push plan {text!r} must be CHUNKSxSTREAMS with positive integers, e.g. 4x2")
-    return PushPlan(int(parts[0]), int(parts[1]))
-
-
-def tiles_per_chunk(m_tiles_per_rank: int, chunks: int) -> int:
-    """Row tiles per pushed chunk: the shard's ``m_tiles_per_rank`` row tiles split into at most
-    ``chunks`` chunks of whole tiles (a tile never spans two chunks, so it waits on one flag)."""
-    return -(-m_tiles_per_rank // min(chunks, m_tiles_per_rank))
-
-
 def check_shapes(m_per_rank: int, n: int, k: int, config: GemmConfig) -> None:
     """Raise ValueError unless the kernel's contract holds for these sizes and tiles."""
     if min(m_per_rank, n, k) <= 0:
@@ -134,11 +100,11 @@ def push_order(rank: int, world: int) -> list[int]:
     return [(rank - step) % world for step in range(1, world)]
 
 
-def workspace_bytes(m_per_rank: int, k: int, world: int, chunks: int = 1) -> int:
+def workspace_bytes(m_per_rank: int, k: int, world: int) -> int:
     """Symmetric bytes per rank at world > 1: two gathered-A buffers (used by epoch parity) plus one
-    int32 ready flag per rank and chunk (16-B aligned)."""
+    int32 ready flag per rank (16-B aligned)."""
     gathered = WORKSPACE_BUFFERS * world * m_per_rank * k * ELEMENT_BYTES
-    flags = -(-world * chunks * 4 // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES
+    flags = -(-world * 4 // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES
     return gathered + flags
 
 

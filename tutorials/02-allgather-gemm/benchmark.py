@@ -9,8 +9,7 @@ per repeat, reported as p50/p90/p99, with each variant's host enqueue time and w
 sleep before the timed call (``--host-lead-us``) covered it. The torch baseline is
 ``all_gather_into_tensor`` + ``matmul`` where NCCL can run, ``torch.matmul`` alone at world 1 (the
 all-gather of one rank is empty), and absent in shared-GPU mode (NCCL refuses two ranks on one GPU).
-``--configs all`` times every candidate tile config of ``ag_schedule.CANDIDATE_CONFIGS``, ``--push-plans``
-several ways of pushing the shard (chunks x side streams, ``ag_gemm<4x2>``); ``--shapes``
+``--configs all`` times every candidate tile config of ``ag_schedule.CANDIDATE_CONFIGS``; ``--shapes``
 takes one or more shapes, timed one after the other in the same processes. Writes one JSON per shape
 to ``--out`` (a folder), with the shape's goal (:func:`goal`: issue 5's at world 1, issue 7's at
 world > 1); exits 2 when a goal is not met.
@@ -22,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,13 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ag_reference as reference  # noqa: E402
 import ag_timing as timing  # noqa: E402
-from ag_gemm import DTYPES, ISSUE_SHAPES, AllGatherGEMM, _parse_shape, _push_plan  # noqa: E402
-from ag_schedule import (  # noqa: E402
-    CANDIDATE_CONFIGS,
-    DEFAULT_CONFIG,
-    DEFAULT_PUSH,
-    gemm_flops,
-)
+from ag_gemm import DTYPES, ISSUE_SHAPES, AllGatherGEMM, _parse_shape  # noqa: E402
+from ag_schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops  # noqa: E402
 
 from triton_raw_ext.timing import rank_max, summarize  # noqa: E402
 
@@ -65,8 +58,7 @@ def goal(rows: list[dict], world: int) -> dict | None:
 
     World 1 (issue 5): the fastest ``ag_gemm*`` variant at >= GOAL_RATIO x torch.matmul's speed.
     World > 1 (issue 7): the fastest ``ag_gemm*`` variant's p50 at most GOAL_VS_GEMM_ALONE x the p50 of
-    ``gemm_alone`` with the same tile config, whatever its push plan (the GEMM on an already gathered A:
-    what overlap cannot beat).
+    ``gemm_alone`` with the same config (the GEMM on an already gathered A: what overlap cannot beat).
     """
     best = min((r for r in rows if r["variant"].startswith("ag_gemm")), key=lambda r: r["p50"])
     if world == 1:
@@ -74,7 +66,7 @@ def goal(rows: list[dict], world: int) -> dict | None:
             return None
         return {"ratio_best": best["speed_vs_torch"], "best_variant": best["variant"], "target": GOAL_RATIO,
                 "met": best["speed_vs_torch"] >= GOAL_RATIO}
-    alone_name = re.sub(r"<[^>]*>$", "", best["variant"].replace("ag_gemm", "gemm_alone", 1))  # same tiles
+    alone_name = best["variant"].replace("ag_gemm", "gemm_alone", 1)
     alone = next(r for r in rows if r["variant"] == alone_name)
     ratio = best["p50"] / alone["p50"]
     return {"ratio_vs_gemm_alone": ratio, "best_variant": best["variant"], "target": GOAL_VS_GEMM_ALONE,
@@ -95,22 +87,17 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
     out = torch.empty(world * m, n, dtype=dtype, device="cuda")
     configs = CANDIDATE_CONFIGS if args.configs == "all" else (DEFAULT_CONFIG,)
 
-    plans = args.push_plans if world > 1 else [DEFAULT_PUSH]
     variants: dict[str, Callable[[], object]] = {}
     for i, cfg in enumerate(configs):
+        op = AllGatherGEMM(m, n, k, dtype, config=cfg)
+        gathered = op.all_gather(a).clone()
         tag = "" if args.configs == "default" else f"[cfg{i}]"
-        for j, plan in enumerate(plans):
-            op = AllGatherGEMM(m, n, k, dtype, config=cfg, push=plan)
-            plan_tag = "" if plans == [DEFAULT_PUSH] else f"<{plan.describe()}>"
-            variants[f"ag_gemm{tag}{plan_tag}"] = lambda op=op: op(a, b, out=out)
-            if i == 0:
-                variants[f"all_gather_alone{plan_tag}"] = lambda op=op: op.all_gather(a)
-            if j > 0:
-                continue
-            gathered = op.all_gather(a).clone()
-            variants[f"gemm_alone{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out)
-            if world > 1:  # the same with the ready checks (all flags up): their cost without the overlap
-                variants[f"gemm_checked{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out, checks=True)
+        variants[f"ag_gemm{tag}"] = lambda op=op: op(a, b, out=out)
+        variants[f"gemm_alone{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out)
+        if world > 1:  # the same with the ready checks (all flags up): their cost without the overlap
+            variants[f"gemm_checked{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out, checks=True)
+        if i == 0:
+            variants["all_gather_alone"] = lambda op=op: op.all_gather(a)
     if world == 1:
         variants["torch_matmul"] = lambda: torch.matmul(a, b, out=out)
     elif nccl:
@@ -178,8 +165,7 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
         result = {
             "date": stamp.isoformat(), "gpu": torch.cuda.get_device_name(), "versions": _versions(),
             "command": " ".join([sys.executable, *sys.argv]), "world": world, "shape": [m, n, k],
-            "dtype": args.dtype, "configs": config_names,
-            "push_plans": [plan.describe() for plan in plans], "rows": rows, "goal": verdict,
+            "dtype": args.dtype, "configs": config_names, "rows": rows, "goal": verdict,
             "host_lead_us": args.host_lead_us,
             "shared_gpu": os.environ.get("TRITON_RAW_SHARED_GPU", ""),
         }  # fmt: skip
@@ -196,9 +182,6 @@ def main(argv: list[str] | None = None) -> int:
                         " ".join("x".join(map(str, s)) for s in ISSUE_SHAPES) + ")")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     parser.add_argument("--configs", choices=("default", "all"), default="default")
-    parser.add_argument("--push-plans", type=_push_plan, nargs="+", default=[DEFAULT_PUSH],
-                        help="world > 1: push plans CHUNKSxSTREAMS timed side by side, e.g. 1x1 4x1 4x2 (each "
-                        "operator holds its own workspace: with --configs all, mind NVSHMEM_SYMMETRIC_SIZE)")
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per variant and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
