@@ -73,13 +73,20 @@ print(json.dumps(res))
         assert rows == want, (rank, world, mt, npn, g)
 
 
+# (rank, world, m_per_rank, n, k, grid, NUM_SMS): fewer programs than tiles, more programs than local
+# tiles (the 1024^3 case on 132 SMs), a grid below NUM_SMS (fewer tiles than SMs), first, middle and
+# last rank, world 1.
+WALK_CASES = [(1, 3, 64, 96, 64, 5, 5), (0, 2, 64, 64, 32, 8, 8), (2, 3, 64, 96, 64, 7, 7),
+              (1, 2, 32, 32, 32, 2, 4), (0, 1, 64, 96, 64, 3, 3), (3, 4, 96, 64, 32, 5, 5)]  # fmt: skip
+
+
 def test_kernel_walk_computes_every_tile_from_the_right_buffer_in_interpreter(tmp_path):
-    """The whole GEMM kernel (no waits) in Triton's interpreter, rank 1 of 3, 5 programs: the local
+    """The whole GEMM kernel (no waits) in Triton's interpreter over :data:`WALK_CASES`: the local
     shard must come from ``local_desc`` (the workspace's local slot holds NaN, as it does in the
-    operator), the peers' rows from ``gathered_desc``, and every output tile written once."""
+    operator), the peers' rows from ``gathered_desc``, and every output tile be written once."""
     script = tmp_path / "walk.py"
     script.write_text(f"""
-import sys
+import json, sys
 sys.path.insert(0, {str(TUTORIAL)!r})
 import torch
 import triton.runtime.interpreter as interpreter
@@ -93,28 +100,32 @@ def index_first(tensor, scope):
     patch_tensor(tensor, scope)
     scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 interpreter._patch_lang_tensor = index_first
-rank, world, m, n, k, bm, bn, bk = 1, 3, 64, 96, 64, 32, 32, 32
-torch.manual_seed(0)
-gathered = torch.randn(world * m, k).to(torch.float16)
-a = gathered[rank * m:(rank + 1) * m].clone()
-gathered[rank * m:(rank + 1) * m] = float("nan")
-b = torch.randn(k, n).to(torch.float16)
-c = torch.full((world * m, n), float("nan"), dtype=torch.float16)
-ready = torch.zeros(world, dtype=torch.int32)
-descs = [TensorDescriptor.from_tensor(t, shape) for t, shape in ((a, [bm, bk]), (gathered, [bm, bk]),
-                                                                  (b, [bk, bn]), (c, [bm, bn]))]
-ag_kernels.ag_gemm_kernel[(5,)](*descs, ready, 1, rank, world, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                                GROUP_M=2, NUM_SMS=5, WAIT=False, FLATTEN=False, EPILOGUE_SUBTILE=False)
-full = gathered.clone()
-full[rank * m:(rank + 1) * m] = a
-err = ((c.float() - full.float() @ b.float()).abs().max() / (full.float() @ b.float()).abs().max()).item()
-print("ERR", err)
+errors = []
+for rank, world, m, n, k, grid, num_sms in {WALK_CASES!r}:
+    bm = bn = bk = 32
+    torch.manual_seed(0)
+    gathered = torch.randn(world * m, k).to(torch.float16)
+    a = gathered[rank * m:(rank + 1) * m].clone()
+    gathered[rank * m:(rank + 1) * m] = float("nan")
+    b = torch.randn(k, n).to(torch.float16)
+    c = torch.full((world * m, n), float("nan"), dtype=torch.float16)
+    ready = torch.zeros(world, dtype=torch.int32)
+    descs = [TensorDescriptor.from_tensor(t, shape) for t, shape in ((a, [bm, bk]), (gathered, [bm, bk]),
+                                                                      (b, [bk, bn]), (c, [bm, bn]))]
+    ag_kernels.ag_gemm_kernel[(grid,)](*descs, ready, 1, rank, world, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                       GROUP_M=2, NUM_SMS=num_sms, WAIT=False, FLATTEN=False, EPILOGUE_SUBTILE=False)
+    full = gathered.clone()
+    full[rank * m:(rank + 1) * m] = a
+    ref = full.float() @ b.float()
+    errors.append(((c.float() - ref).abs().max() / ref.abs().max()).item())
+print("ERRORS", json.dumps(errors))
 """)
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    err = float(proc.stdout.split("ERR")[-1])
-    assert err < 1e-2, err  # NaN (a tile never written, or read from the local slot) fails too
+    errors = json.loads(proc.stdout.split("ERRORS")[-1])
+    for case, err in zip(WALK_CASES, errors, strict=True):
+        assert err < 1e-2, (case, err)  # NaN (a tile never written, or read from the local slot) fails too
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 8])

@@ -14,14 +14,16 @@ current stream S, filling workspace buffer ``e % 2`` (two symmetric gathered-A b
    destination's ``ready[me]`` to ``e`` (fenced after the copy).
 2. S: the persistent GEMM. Its tiles of the local shard read ``a`` itself (no copy, no wait); its
    tiles of rank ``src`` wait for ``ready[src] >= e`` (raw CUDA ``ag_wait_ready``), then read buffer
-   ``e % 2``, ranks in rotated order. S then joins P.
+   ``e % 2``, ranks in rotated order. S then joins P, and P waits for S.
 
 No barrier is needed between calls. A rank pushes call ``e`` into a peer's buffer ``e % 2`` only
-after its own GEMM of call ``e - 1`` ended (P follows S), and that GEMM waited for the peer's push of
-call ``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended: the last reader
-of buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two. Epochs only grow,
-so flags are never reset. The producer uses no SM (copy engine + stream writes), so it progresses
-while the GEMM fills the GPU. At world 1 there is no workspace, no flag and no runtime.
+after its own GEMM of call ``e - 1`` ended (P follows S, and at the end of each call P waits for S,
+so this holds even when the caller switches streams between calls), and that GEMM waited for the
+peer's push of call ``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended:
+the last reader of buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
+Epochs only grow, so flags are never reset. The producer uses no SM (copy engine + stream writes),
+so it progresses while the GEMM fills the GPU. At world 1 there is no workspace and no runtime, and
+no flag is written or checked.
 
 Run the correctness check: ``python ag_gemm.py`` (world 1), ``torchrun --nproc_per_node=N
 ag_gemm.py`` (one GPU per rank), or ``TRITON_RAW_SHARED_GPU=1 torchrun --nproc_per_node=N
@@ -124,9 +126,10 @@ class AllGatherGEMM:
                                 for buf in self.workspace]
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
 
-    def _check(self, a: torch.Tensor, b: torch.Tensor | None) -> None:
-        want = [("a", a, (self.m_per_rank, self.k))] + ([("b", b, (self.k, self.n))] if b is not None else [])
-        for name, t, shape in want:
+    def _check(self, *inputs: tuple[str, torch.Tensor, tuple[int, int]]) -> None:
+        """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous
+        tensor of that shape, of the operator's dtype, on its device."""
+        for name, t, shape in inputs:
             if tuple(t.shape) != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous():
                 raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
                                  f"{tuple(t.shape)} {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
@@ -145,6 +148,17 @@ class AllGatherGEMM:
                 write_flag(self._side, remote_flag, self.epoch)
         return buf
 
+    def _finish_epoch(self) -> None:
+        """Order the side stream after this call's readers and the current stream after its pushes.
+
+        The first makes the next call's pushes follow this call's GEMM even if the caller switches
+        streams between calls (the no-barrier argument of the module docstring needs it); the second
+        orders later work on the current stream (reusing ``a``, freeing it) after the pushes read it.
+        """
+        main = torch.cuda.current_stream(self.device)
+        self._side.wait_stream(main)
+        main.wait_stream(self._side)
+
     def _launch(self, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
                 out: torch.Tensor, wait: bool) -> None:
         cfg = self.config
@@ -152,6 +166,7 @@ class AllGatherGEMM:
         c_block_n = cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
         c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
         tiles = (self.m_per_rank // cfg.block_m) * self.world * triton.cdiv(self.n, cfg.block_n)
+        # The grid never exceeds NUM_SMS: the kernel's second loop relies on program_id < NUM_SMS.
         ag_gemm_kernel[(min(self.num_sms, tiles),)](
             local_desc, gathered_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank,
             self.n, self.k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
@@ -171,16 +186,16 @@ class AllGatherGEMM:
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``AllGather(a) @ b`` (collective); ordered on the current stream like a torch op."""
-        self._check(a, b)
+        self._check(("a", a, (self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
         out = self._output(out)
         local_desc = self._a_desc(a)
-        if self.world == 1:
-            self._launch(local_desc, local_desc, b, out, wait=True)
+        if self.world == 1:  # no peer tiles: the kernel without checks
+            self._launch(local_desc, local_desc, b, out, wait=False)
             return out
         refuse_graph_capture("AllGatherGEMM.__call__")
         buf = self._produce(a)
         self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
-        torch.cuda.current_stream(self.device).wait_stream(self._side)
+        self._finish_epoch()
         return out
 
     def all_gather(self, a: torch.Tensor) -> torch.Tensor:
@@ -189,7 +204,7 @@ class AllGatherGEMM:
         At world > 1 the result is a workspace buffer, valid until the next call of this operator:
         the current stream waits until every peer's shard has landed in it (a one-program kernel).
         """
-        self._check(a, None)
+        self._check(("a", a, (self.m_per_rank, self.k)))
         if self.world == 1:
             return a
         refuse_graph_capture("AllGatherGEMM.all_gather")
@@ -197,7 +212,7 @@ class AllGatherGEMM:
         gathered = self.workspace[buf]
         gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank].copy_(a)
         ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world)
-        torch.cuda.current_stream(self.device).wait_stream(self._side)
+        self._finish_epoch()
         return gathered
 
     def gemm(self, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
@@ -205,16 +220,14 @@ class AllGatherGEMM:
         """Only the consumer GEMM on an already gathered A (a baseline of the benchmark).
 
         Without ``checks`` it is the GEMM without ready checks. With ``checks`` (world > 1, after at
-        least one call) it runs them too, against the last call's epoch, whose flags are all up: the
-        cost of the checks alone, without any wait or transfer.
+        least one call) it runs them too, against the last call's epoch: once every rank's last call
+        has finished, its flags are all up and this is the cost of the checks alone, without any wait
+        or transfer (the benchmark synchronises the ranks before each timed repeat).
         """
-        shape = (self.world * self.m_per_rank, self.k)
-        if tuple(gathered.shape) != shape or gathered.dtype != self.dtype or not gathered.is_contiguous():
-            raise ValueError(f"gathered must be a contiguous {shape} {self.dtype} tensor")
+        self._check(("gathered", gathered, (self.world * self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
         if checks and (self.world == 1 or self.epoch == 0):
             raise ValueError("gemm(checks=True) needs world > 1 and a completed call whose flags it re-checks")
         local = gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank]
-        self._check(local, b)
         out = self._output(out)
         self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
         return out
@@ -232,20 +245,24 @@ def _reference_gathered(a: torch.Tensor, shape: tuple[int, int, int], dtype: tor
     return reference.rebuild_gathered(m, n, k, dtype, seed, call, world, a.device)
 
 
-# Inputs of the check's calls (X, Y, X, Y): calls 3 and 4 must reproduce calls 1 and 2 bit for bit.
-CHECK_CALL_INPUTS = (0, 1, 0, 1)
+# Inputs of the check's calls (X, Y, Z, X, Y, Z): calls 4-6 must reproduce calls 1-3 bit for bit. The
+# period 3 is coprime with the two workspace buffers, so a rank that overwrote a peer's buffer one call
+# too early (two calls ahead) would write different data into it, which shows.
+CHECK_CALL_INPUTS = (0, 1, 2, 0, 1, 2)
+CHECK_PERIOD = 3
 # Before every other call each rank's stream sleeps this long, odd ranks on the other calls than even
 # ones, so that ranks drift up to a call apart (what the double-buffered workspace must allow).
 SKEW_US = 300
 
 
 def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
-    """Run one operator on inputs X, Y, X, Y back to back, ranks skewed, and compare with the reference.
+    """Run one operator on inputs X, Y, Z, X, Y, Z back to back, ranks skewed, and compare with the
+    reference.
 
     Outputs are poisoned with NaN before the calls; nothing synchronises between the calls, so a
     rank that runs ahead and overwrites a peer's buffer still in use shows as an error, and calls
-    3 and 4 must equal calls 1 and 2 bit for bit (a difference between identical runs points at a
-    race). ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
+    4-6 must equal calls 1-3 bit for bit (a difference between identical runs points at a race).
+    ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
     """
     m, n, k = shape
     op = AllGatherGEMM(m, n, k, dtype, config=config)
@@ -265,7 +282,8 @@ def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, conf
               for call, out in zip(CHECK_CALL_INPUTS, outputs, strict=True)]
     gathered_equal = bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
     torch.cuda.synchronize()
-    repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + 2])) for i in range(len(outputs) - 2))
+    repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + CHECK_PERIOD]))
+                       for i in range(len(outputs) - CHECK_PERIOD))
     ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal  # NaN compares False
     return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
             "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal,

@@ -81,7 +81,7 @@ def ag_gemm_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     pid = tl.program_id(0)
     for tile in tl.range(pid, local_tiles, NUM_SMS, flatten=FLATTEN):
-        pid_m, pid_n, src = _tile_coords(tile, rank, world, m_tiles_per_rank, num_pid_n, GROUP_M)
+        pid_m, pid_n, _ = _tile_coords(tile, rank, world, m_tiles_per_rank, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M
         _gemm_tile(local_desc, offs_m - rank * m_per_rank, b_desc, c_desc, offs_m, pid_n * BLOCK_N, k_tiles,
                    BLOCK_M, BLOCK_N, BLOCK_K, EPILOGUE_SUBTILE)

@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 SLEEP_CYCLES_PER_US = 2_000  # torch.cuda._sleep counts SM clock cycles: about 2 GHz on the H200
-# 1 ms: AG-GEMM's host work per call (a barrier, flag writes, copies on two streams, descriptors, the
-# Triton launch) took longer than the 0.1 ms used before (session 5), which then timed it as device time.
+# 1 ms: AG-GEMM's host work per call (pushes and flag writes on a side stream, descriptors, the launch;
+# in session 5 also a stream barrier) took 0.25-0.85 ms, longer than the 0.1 ms used before, which then
+# timed it as device time.
 DEFAULT_HOST_LEAD_US = 1000.0
 
 
