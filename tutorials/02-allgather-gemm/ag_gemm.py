@@ -3,7 +3,9 @@
 ``op = AllGatherGEMM(m_per_rank, n_per_rank, k, dtype)`` then ``c = op(a, b)`` on every rank:
 ``a`` [m_per_rank, k] is this rank's shard of A, ``b`` [k, n_per_rank] its B, and
 ``c = AllGather(a) @ b`` [world * m_per_rank, n_per_rank]. Collective: every rank calls it the
-same number of times, in the same order.
+same number of times, in the same order, and a rank's calls must not run at once (issue them on one
+stream, or order their streams with events, as for NCCL collectives): two persistent GEMMs running
+together can each hold the SMs the other needs to finish.
 
 One call, on rank ``me`` with epoch ``e`` (a per-operator counter, identical on every rank), on the
 current stream S, filling workspace buffer ``e % 2`` (two symmetric gathered-A buffers):
@@ -17,10 +19,10 @@ current stream S, filling workspace buffer ``e % 2`` (two symmetric gathered-A b
    ``e % 2``, ranks in rotated order. S then joins P, and P waits for S.
 
 No barrier is needed between calls. A rank pushes call ``e`` into a peer's buffer ``e % 2`` only
-after its own GEMM of call ``e - 1`` ended (P follows S, and at the end of each call P waits for S,
-so this holds even when the caller switches streams between calls), and that GEMM waited for the
-peer's push of call ``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended:
-the last reader of buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
+after its own GEMM of call ``e - 1`` ended (P follows S, and at the end of each call P also waits
+for S, whatever stream the next call comes on), and that GEMM waited for the peer's push of call
+``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended: the last reader of
+buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
 Epochs only grow, so flags are never reset. The producer uses no SM (copy engine + stream writes),
 so it progresses while the GEMM fills the GPU. At world 1 there is no workspace and no runtime, and
 no flag is written or checked.
