@@ -40,7 +40,7 @@ step bench_w1 110 0 python3 $T2/benchmark.py --configs all --out "$OUTDIR"
 start_mps
 trap stop_mps EXIT
 export TRITON_RAW_SHARED_GPU=1 NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo
-export NVSHMEM_SYMMETRIC_SIZE=${NVSHMEM_SYMMETRIC_SIZE:-3G}  # world*m*k*2 bytes: 940 MB at world 4, k=28672
+export NVSHMEM_SYMMETRIC_SIZE=${NVSHMEM_SYMMETRIC_SIZE:-3G}  # 2*world*m*k*2 bytes: 1.9 GB at world 4, k=28672
 step w2_shared 150 0 python3 -m torch.distributed.run --standalone --nproc_per_node=2 $T2/ag_gemm.py \
   --json "$OUTDIR/tutorial2_w2_correct_${STAMP}.json"
 step w4_shared 180 0 python3 -m torch.distributed.run --standalone --nproc_per_node=4 $T2/ag_gemm.py \
