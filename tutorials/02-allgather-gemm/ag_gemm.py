@@ -121,9 +121,10 @@ class AllGatherGEMM:
         self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
         slot = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)
         order = push_order(self.rank, self.world)
-        self._push_slots = [[runtime.peer(self.workspace, dst)[buf, slot] for dst in order]
-                            for buf in range(WORKSPACE_BUFFERS)]
-        self._push_flags = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
+        # Per buffer, the destinations' views of this rank's slot, and the destinations' flag addresses.
+        self._push_slots: list[list[torch.Tensor]] = [[runtime.peer(self.workspace, dst)[buf, slot] for dst in order]
+                                                      for buf in range(WORKSPACE_BUFFERS)]
+        self._push_flags: list[int] = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
         self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
                                 for buf in self.workspace]
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
