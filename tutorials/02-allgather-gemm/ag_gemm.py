@@ -104,6 +104,7 @@ class AllGatherGEMM:
         self.rank, self.world = _distributed_world(group)
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.epoch = 0
+        self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
             return
@@ -119,10 +120,10 @@ class AllGatherGEMM:
         self._side = torch.cuda.Stream(self.device)
         self.workspace = runtime.empty((WORKSPACE_BUFFERS, self.world * m_per_rank, k), dtype)
         self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
-        slot = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)
         order = push_order(self.rank, self.world)
         # Per buffer, the destinations' views of this rank's slot, and the destinations' flag addresses.
-        self._push_slots: list[list[torch.Tensor]] = [[runtime.peer(self.workspace, dst)[buf, slot] for dst in order]
+        peers = [runtime.peer(self.workspace, dst) for dst in order]
+        self._push_slots: list[list[torch.Tensor]] = [[peer[buf, self._own_rows] for peer in peers]
                                                       for buf in range(WORKSPACE_BUFFERS)]
         self._push_flags: list[int] = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
         self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
@@ -213,7 +214,7 @@ class AllGatherGEMM:
         refuse_graph_capture("AllGatherGEMM.all_gather")
         buf = self._produce(a)
         gathered = self.workspace[buf]
-        gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank].copy_(a)
+        gathered[self._own_rows].copy_(a)
         ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world)
         self._finish_epoch()
         return gathered
@@ -230,7 +231,7 @@ class AllGatherGEMM:
         self._check(("gathered", gathered, (self.world * self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
         if checks and (self.world == 1 or self.epoch == 0):
             raise ValueError("gemm(checks=True) needs world > 1 and a completed call whose flags it re-checks")
-        local = gathered[self.rank * self.m_per_rank:(self.rank + 1) * self.m_per_rank]
+        local = gathered[self._own_rows]
         out = self._output(out)
         self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
         return out
