@@ -53,14 +53,12 @@ for row in "${ROWS[@]}"; do
   [[ $rc == 0 ]] || ok=0
 done
 python3 - "$RES/one_gpu_all.json" "$0" "${ROWS[@]}" <<'PY'
-import datetime, json, subprocess, sys
-import torch, triton
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip()
+import datetime, json, sys
+sys.path.insert(0, "scripts/gpu")
+import machine
 parts = [dict(zip(("part", "exit", "seconds"), row.split())) for row in sys.argv[3:]]
-doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": gpu,
-       "command": sys.argv[2], "versions": {"torch": torch.__version__, "triton": triton.__version__},
-       "parts": parts}
+doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+       "gpu": "\n".join(machine.gpus()), "command": sys.argv[2], "versions": machine.versions(), "parts": parts}
 open(sys.argv[1], "w").write(json.dumps(doc, indent=1))
 print("wrote", sys.argv[1])
 PY

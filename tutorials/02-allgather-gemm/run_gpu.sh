@@ -57,13 +57,11 @@ for i in "${!NAMES[@]}"; do
   summary+="{\"step\": \"${NAMES[$i]}\", \"result\": \"${STATUS[$i]}\", \"seconds\": ${TIMES[$i]}},"
 done
 python3 - "$OUTDIR/tutorial2_suite_${STAMP}.json" "[${summary%,}]" "$0 $*" <<'PY'
-import datetime, json, subprocess, sys
-import torch, triton
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip()
-doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "gpu": gpu, "command": sys.argv[3],
-       "versions": {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
-       "steps": json.loads(sys.argv[2])}
+import datetime, json, sys
+sys.path.insert(0, "scripts/gpu")
+import machine
+doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "gpu": "\n".join(machine.gpus()),
+       "command": sys.argv[3], "versions": machine.versions(), "steps": json.loads(sys.argv[2])}
 open(sys.argv[1], "w").write(json.dumps(doc, indent=1))
 print("wrote", sys.argv[1])
 PY
