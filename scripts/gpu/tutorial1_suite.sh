@@ -85,16 +85,9 @@ names = [a[2:] for a in sys.argv[5:] if a.startswith("n:")]
 res = [a[2:] for a in sys.argv[5:] if a.startswith("r:")]
 secs = [int(a[2:]) for a in sys.argv[5:] if a.startswith("s:")]
 details = {p.stem: json.loads(p.read_text()) for p in sorted(work.glob("*.json"))}
-try:
-    import torch, triton
-    versions = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}
-except Exception as exc:  # report, do not fail the summary
-    versions = {"error": repr(exc)}
-try:
-    from triton_raw_ext.nvshmem_install import find_nvshmem
-    versions["nvshmem"] = ".".join(map(str, find_nvshmem().version))
-except Exception as exc:
-    versions["nvshmem"] = repr(exc)
+sys.path.insert(0, "scripts/gpu")
+import machine
+versions = {**machine.versions(), "gpu": "\n".join(machine.gpus())}
 steps = [{"step": n, "result": r, "seconds": s} for n, r, s in zip(names, res, secs)]
 json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": "bash scripts/gpu/tutorial1_suite.sh " + args, "total_s": total, **versions,
