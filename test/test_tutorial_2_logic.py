@@ -199,3 +199,20 @@ def test_operator_refuses_graph_capture_with_a_reason(monkeypatch):
         ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")  # eager: no error
+
+
+def test_baseline_gemm_refusals_name_the_tensor_and_the_reason():
+    """``gemm()``'s messages, on an operator shell with its shapes set (building one needs a GPU)."""
+    import ag_gemm
+
+    op = object.__new__(ag_gemm.AllGatherGEMM)
+    op.m_per_rank, op.n, op.k, op.world, op.rank, op.epoch = 64, 32, 48, 2, 1, 0
+    op.dtype, op.device = torch.bfloat16, torch.device("cpu")
+    b = torch.zeros(48, 32, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"gathered must be a contiguous \(128, 48\) torch.bfloat16 tensor on cpu, "
+                                         r"got \(64, 48\)"):  # fmt: skip
+        op.gemm(torch.zeros(64, 48, dtype=torch.bfloat16), b)
+    with pytest.raises(ValueError, match=r"b must be a contiguous \(48, 32\)"):
+        op.gemm(torch.zeros(128, 48, dtype=torch.bfloat16), b.t().contiguous().t())
+    with pytest.raises(ValueError, match=r"gemm\(checks=True\) needs world > 1 and a completed call"):
+        op.gemm(torch.zeros(128, 48, dtype=torch.bfloat16), b, checks=True)
