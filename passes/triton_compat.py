@@ -1,23 +1,28 @@
-"""Pass `triton-compat`: make textual IR from LLVM 22.1 acceptable to Triton 3.6's LLVM (22.0git).
+"""Pass `triton-compat`: make textual IR from LLVM 22.1 (clang, llvmlite) fit for Triton's LLVM.
 
 Text in, text out, and the last step before Triton reads the IR (re-printing with llvmlite would
-re-add what this pass removes). It removes:
+re-add what this pass removes). On every Triton version it removes:
 
-* the ``nocreateundeforpoison`` attribute and the ``target_mem0``/``target_mem1`` locations inside
-  ``memory(...)``: Triton's LLVM predates them and refuses to parse the module. Their access is
-  added to every other location's (Triton's LLVM counts that memory under some other location),
-  so the memory effects only ever widen;
 * the ``"target-cpu"`` and ``"target-features"`` function attributes: they differ from the
   kernel's and stop Triton's O3 inliner from inlining the raw functions into the kernel;
 * the ``nvvm-reflect-ftz`` module flag (libraries only, ``drop_flags``): Triton sets it to 1,
   clang writes 0, and the conflict at link time kills the Python process.
+
+Only for Triton 3.6 (``legacy_llvm``: its LLVM is a 22.0 pre-release; 3.7 and newer read these)
+it also removes the ``nocreateundeforpoison`` attribute and the ``target_mem0``/``target_mem1``
+locations inside ``memory(...)``, which that LLVM refuses to parse. Their access is added to every
+other location's (that LLVM counts the memory under some other location), so the memory effects
+only ever widen.
 """
 
 from __future__ import annotations
 
 import re
 
-_DROPPED_ATTRIBUTES = re.compile(r'\s*(?:"target-cpu"="[^"]*"|"target-features"="[^"]*"|\bnocreateundeforpoison\b)')
+from triton_raw_ext.triton_version import LEGACY_LLVM
+
+_TARGET_ATTRIBUTES = re.compile(r'\s*(?:"target-cpu"="[^"]*"|"target-features"="[^"]*")')
+_NEW_ATTRIBUTES = re.compile(r"\s*\bnocreateundeforpoison\b")
 _ACCESS_BITS = {"none": 0, "read": 1, "write": 2, "readwrite": 3}
 _ACCESS_NAMES = {bits: name for name, bits in _ACCESS_BITS.items()}
 _DROPPED_FLAGS = ("nvvm-reflect-ftz",)
@@ -57,10 +62,15 @@ def _clean_memory(m: re.Match[str]) -> str:
     return f"memory({', '.join(parts)})"
 
 
-def triton_compat(text: str, drop_flags: bool = True) -> str:
-    """Apply the removals above; ``drop_flags=False`` keeps module flags (for whole kernels)."""
-    text = _DROPPED_ATTRIBUTES.sub("", text)
-    text = re.sub(r"memory\(([^)]*)\)", _clean_memory, text)
+def triton_compat(text: str, drop_flags: bool = True, legacy_llvm: bool = LEGACY_LLVM) -> str:
+    """Apply the removals above; ``drop_flags=False`` keeps module flags (for whole kernels).
+
+    ``legacy_llvm`` defaults to whether the installed Triton is 3.6.
+    """
+    text = _TARGET_ATTRIBUTES.sub("", text)
+    if legacy_llvm:
+        text = _NEW_ATTRIBUTES.sub("", text)
+        text = re.sub(r"memory\(([^)]*)\)", _clean_memory, text)
     if drop_flags:
         text = _drop_module_flags(text, _DROPPED_FLAGS)
     return re.sub(r"attributes (#\d+) = \{\s+\}", r"attributes \1 = { nounwind }", text)

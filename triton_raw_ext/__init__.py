@@ -1,4 +1,4 @@
-"""triton-raw-ext: raw CUDA device functions (and NVSHMEM) inside stock Triton 3.6 kernels.
+"""triton-raw-ext: raw CUDA device functions (and NVSHMEM) inside stock Triton kernels (3.6-3.9).
 
 ``from triton_raw_ext import dialect`` registers functions; ``import triton_raw_ext.language as raw``
 gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.backend_hook`).
@@ -11,9 +11,14 @@ try:
     import triton as _triton  # noqa: F401
 except ImportError as _missing:  # name the fix instead of failing deep inside an import
     raise ImportError(
-        f"triton-raw-ext needs the triton 3.6 wheel and llvmlite >= 0.50 ({_missing}); "
-        "install them with `pip install 'triton>=3.6,<3.7' 'llvmlite>=0.50'`"
+        f"triton-raw-ext needs a triton 3.6-3.9 wheel and llvmlite >= 0.50 ({_missing}); "
+        "install them with `pip install 'triton>=3.6,<3.10' 'llvmlite>=0.50'`"
     ) from _missing
+
+from .triton_version import unsupported_reason as _unsupported_reason  # noqa: E402
+
+if _unsupported_reason() is not None:
+    raise ImportError(_unsupported_reason())
 
 # In a source checkout the `passes/` and `runtime/` folders sit beside this package (installs map
 # them to triton_raw_ext.passes and triton_raw_ext.runtime): serve them from there too.

@@ -9,7 +9,8 @@ It wraps the NVIDIA backend's `llir` stage:
    is linked once (:mod:`triton_raw_ext.nvshmem_link`).
 
 It chains with a previously installed ``add_stages_inspection_hook`` (called first), and leaves a
-kernel without raw calls to the stage it found, untouched.
+kernel without raw calls to the stage it found, untouched. Where Triton puts the hook into its cache
+keys (3.7 and newer), the key is the plugin's code digest.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from triton.backends.nvidia.compiler import sm_arch_from_capability
 
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
+from .triton_version import stage_hook
+from .version import code_digest
 
 _RAW_LIBPATH = re.compile(rf'libname = "{LIBRARY_NAME}", libpath = "([^"]+)"')
 _HOOK_MARK = "_triton_raw_ext_hook"
@@ -47,18 +50,17 @@ def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
     stages["llir"] = make_llir
 
 
+def _add_stages(backend, stages: dict, options, language, capability: int) -> None:
+    if backend.target.backend == "cuda" and "llir" in stages:
+        _wrap_llir(backend, stages, options, capability)
+
+
 def install() -> None:
     """Install the stage hook and the module-load hook; safe to call more than once."""
     previous = knobs.runtime.add_stages_inspection_hook
     if getattr(previous, _HOOK_MARK, False):
         return
-
-    def hook(backend, stages, options, language, capability):
-        if previous is not None:
-            previous(backend, stages, options, language, capability)
-        if backend.target.backend == "cuda" and "llir" in stages:
-            _wrap_llir(backend, stages, options, capability)
-
+    hook = stage_hook(_add_stages, f"triton_raw_ext-{code_digest()}", previous)
     setattr(hook, _HOOK_MARK, True)
     knobs.runtime.add_stages_inspection_hook = hook
     from .module_init import init_nvshmem_module

@@ -56,6 +56,9 @@ class RawFunction:
 
     __triton_builtin__ = True
     __triton_aggregate__ = True
+    # Triton >= 3.8 hashes an aggregate's annotations; the key itself comes from hash_attrs.
+    extern_func_name: str
+    spec: CompileSpec
 
     def __init__(self, name: str, spec: CompileSpec, python_name: str) -> None:
         self.extern_func_name = name

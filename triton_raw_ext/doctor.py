@@ -83,7 +83,7 @@ def probe_triton() -> Component:
             False,
             facts,
             problem=str(e),
-            fix="reinstall Triton (`pip install --force-reinstall 'triton>=3.6,<3.7'`) "
+            fix="reinstall Triton (`pip install --force-reinstall 'triton>=3.6,<3.10'`) "
             "or set TRITON_PTXAS_PATH",
         )
     facts["ptxas"] = f"{ptxas.version} {ptxas.path}"
@@ -93,6 +93,23 @@ def probe_triton() -> Component:
     except RuntimeError:
         facts["ptxas_blackwell"] = "not found (needed only for sm_100 and newer)"
     return Component("triton", True, True, facts)
+
+
+def probe_stack() -> Component:
+    """The torch / Triton / NVSHMEM combination installed, and whether the project tests it."""
+    from .stack import TESTED_NVSHMEM, TESTED_TRITON, current
+
+    stack = current()
+    facts: Facts = {"torch": stack.torch or "not installed", "triton": stack.triton,
+                    "nvshmem": stack.nvshmem or "not installed"}
+    if stack.torch_triton_pin:
+        facts["torch_pins_triton"] = stack.torch_triton_pin
+    facts["tested"] = not stack.problems
+    if not stack.problems:
+        return Component("stack", False, True, facts)
+    fix = (f"install a tested combination: triton {', '.join(TESTED_TRITON)} (torch 2.11-2.15 pin them), "
+           f"NVSHMEM {', '.join(TESTED_NVSHMEM)}; `bash scripts/install.sh` chooses one")
+    return Component("stack", False, False, facts, problem="; ".join(stack.problems), fix=fix)
 
 
 def probe_clang() -> Component:
@@ -358,6 +375,7 @@ def collect(check: bool) -> list[Component]:
     gpu = probe_gpu()
     components = [
         probe_triton(),
+        probe_stack(),
         probe_clang(),
         probe_cuda_headers(),
         probe_llvmlite(),

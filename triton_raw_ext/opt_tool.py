@@ -4,7 +4,7 @@ Usage::
 
     triton-raw-opt INPUT [-o OUT] [--passes=abi-wrappers,unique-symbols,triton-compat]
                    [--prefix=P] [--keep=a,b] [--keep-globals=x,y] [--library=FILE]
-                   [--functions=f,g] [--arch=90] [--verify-triton]
+                   [--functions=f,g] [--for-triton=3.6] [--arch=90] [--verify-triton]
 
 Contract:
 
@@ -15,7 +15,8 @@ Contract:
   text and must be the last. Without ``--passes`` the input is printed as parsed.
 * Pass options: ``--prefix`` (unique-symbols, required), ``--keep`` (extract-needed, required) and
   ``--keep-globals`` (extract-needed, link-library), ``--library`` (link-library, required),
-  ``--functions`` (abi-wrappers, optional). An option no chosen pass uses is an error.
+  ``--functions`` (abi-wrappers, optional), ``--for-triton`` (triton-compat: the Triton version to
+  prepare the IR for, default the installed one). An option no chosen pass uses is an error.
 * The result goes to stdout or ``-o``. Each pass's findings (wrapped functions, functions it
   cannot wrap, renamed and linked symbols) go to stderr as ``triton-raw-opt: <pass>: ...`` lines.
 * ``--verify-triton`` has Triton's own LLVM parse the result and generate PTX from it, in a child
@@ -34,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llvmlite.binding as llvm
+import triton
 
 from triton_raw_ext.passes import PASSES
 from triton_raw_ext.passes.module_io import parse
 
 from .errors import RawCompileError
+from .triton_version import LEGACY_LLVM, LEGACY_LLVM_BEFORE, SUPPORTED, parse_version
 
 TOOL = "triton-raw-opt"
 TEXT_PASS = "triton-compat"
@@ -50,15 +53,14 @@ OPTION_USERS = {
     "keep_globals": ("extract-needed", "link-library"),
     "library": ("link-library",),
     "functions": ("abi-wrappers",),
+    "for_triton": ("triton-compat",),
 }
 REQUIRED_OPTIONS = {"unique-symbols": ("prefix",), "extract-needed": ("keep",), "link-library": ("library",)}
-# Triton 3.6's own LLVM: parse the text and run the NVPTX backend, as its make_ptx stage does.
+# The installed Triton's own LLVM: parse the text and run the NVPTX backend, as make_ptx does.
 _VERIFY_SCRIPT = """
 import sys
-from triton._C.libtriton import llvm
-llvm.init_targets()
-llvm.translate_to_asm(sys.stdin.read(), "nvptx64-nvidia-cuda", sys.argv[1], "+ptx86",
-                      ["nvptx-mad-wide-opt"], False, False)
+from triton_raw_ext.triton_version import translate_to_asm
+translate_to_asm(sys.stdin.read(), sys.argv[1], "+ptx86")
 """
 
 
@@ -80,6 +82,7 @@ class Options:
     keep_globals: set[str] | None
     library: Path | None
     functions: list[str] | None
+    for_triton: tuple[int, int] | None
     arch: int
     verify_triton: bool
 
@@ -94,6 +97,17 @@ def _names(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
+def _triton_version(value: str) -> tuple[int, int]:
+    try:
+        version = parse_version(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if version not in SUPPORTED:
+        raise argparse.ArgumentTypeError(f"{value}: supported Triton versions are "
+                                         f"{', '.join(f'{a}.{b}' for a, b in SUPPORTED)}")
+    return version
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=TOOL, description="Run triton-raw-ext IR passes on one file.")
     p.add_argument("input", type=Path, help="input file: .ll, .bc or .cu")
@@ -104,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-globals", type=_names, help="extract-needed, link-library: globals kept external")
     p.add_argument("--library", type=Path, help="link-library: library to link (.ll, .bc or .cu)")
     p.add_argument("--functions", type=_names, help="abi-wrappers: functions to wrap (default: exported)")
+    p.add_argument("--for-triton", type=_triton_version, help="triton-compat: Triton version (default: installed)")
     p.add_argument("--arch", type=int, default=90, help="SM number for .cu, link-library and the check")
     p.add_argument("--verify-triton", action="store_true", help="check that Triton's LLVM reads the result")
     return p
@@ -128,7 +143,7 @@ def _options(argv: list[str] | None) -> Options:
                              f"which --passes does not name")
     return Options(ns.input, ns.output, passes, ns.prefix, set(ns.keep) if ns.keep is not None else None,
                    set(ns.keep_globals) if ns.keep_globals is not None else None, ns.library, ns.functions,
-                   ns.arch, ns.verify_triton)
+                   ns.for_triton, ns.arch, ns.verify_triton)
 
 
 def read_module(path: Path, arch: int) -> llvm.ModuleRef:
@@ -173,13 +188,13 @@ def _run_module_pass(name: str, mod: llvm.ModuleRef, opts: Options) -> None:
 
 
 def verify_triton(text: str, cpu: str) -> None:
-    """Raise :class:`PassError` unless Triton 3.6's LLVM parses ``text`` and compiles it to PTX."""
+    """Raise :class:`PassError` unless the installed Triton's LLVM parses ``text`` and compiles it to PTX."""
     command = [sys.executable, "-c", _VERIFY_SCRIPT, cpu]
     proc = subprocess.run(command, input=text, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = "\n".join(ln for ln in proc.stderr.splitlines() if ln.strip()) or f"exit {proc.returncode}"
         raise PassError(f"Triton's LLVM cannot read this IR: {detail}\nrun the {TEXT_PASS} pass last to make "
-                        f"LLVM 22.1 output readable by Triton 3.6")
+                        f"LLVM 22.1 output readable by Triton {triton.__version__}")
 
 
 def run(opts: Options) -> str:
@@ -193,7 +208,8 @@ def run(opts: Options) -> str:
                 raise PassError(str(e)) from e
     text = str(mod).rstrip("\n") + "\n"
     if opts.passes and opts.passes[-1] == TEXT_PASS:
-        text = PASSES[TEXT_PASS](text)
+        legacy = LEGACY_LLVM if opts.for_triton is None else opts.for_triton < LEGACY_LLVM_BEFORE
+        text = PASSES[TEXT_PASS](text, legacy_llvm=legacy)
     if opts.verify_triton:
         verify_triton(text, opts.cpu)
     return text

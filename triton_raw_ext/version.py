@@ -13,17 +13,19 @@ _PACKAGE = Path(__file__).parent
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 over the plugin version, the passes, the compile code and the shipped headers.
+    """sha256 over the plugin and Triton versions, the passes, the compile code and the headers.
 
-    Part of every cache key, so that changing the plugin invalidates its cached artifacts and the
-    Triton kernels built from them.
+    Part of every cache key, so that changing the plugin (or the Triton it prepares IR for)
+    invalidates its cached artifacts and the Triton kernels built from them.
     """
+    import triton
+
     from triton_raw_ext import passes
 
     files = sorted(Path(passes.__file__).parent.glob("*.py"))
     files += [_PACKAGE / "cu_compiler.py", _PACKAGE / "nvshmem_link.py"]
     files += sorted((_PACKAGE / "include").rglob("*.h"))
-    h = hashlib.sha256(__version__.encode())
+    h = hashlib.sha256(f"{__version__} triton {triton.__version__}".encode())
     for path in files:
         h.update(path.name.encode())
         h.update(path.read_bytes())

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The CPU suite (lit and pytest) against other Triton releases, each in its own virtual environment
+# under .venv-matrix/ that sees this Python's other packages (torch, llvmlite, the test tools):
+#   bash scripts/test_matrix.sh            every tested Triton except the one installed here
+#   bash scripts/test_matrix.sh 3.8.0      just these
+# Run scripts/install.sh first (scripts/test.sh does). Extra pytest arguments: PYTEST_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ "$#" -gt 0 ]; then
+  versions=("$@")
+else
+  installed=$($PY -c "from importlib.metadata import version; print(version('triton'))")
+  mapfile -t versions < <($PY triton_raw_ext/stack.py tested-triton | grep -vx "$installed")
+fi
+failed=()
+for v in "${versions[@]}"; do
+  venv=.venv-matrix/triton-$v
+  echo "== triton $v ($venv)"
+  [ -x "$venv/bin/python" ] || $PY -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install -q "triton==$v"
+  "$venv/bin/python" -m pip install -q --no-deps -e .
+  if ! (export PATH="$PWD/$venv/bin:$PATH"
+        python -c 'import sys; from lit.main import main; sys.argv[0] = "lit"; main()' -q lit_tests &&
+        python -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-}); then
+    failed+=("$v")
+  fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "test_matrix: failed on triton ${failed[*]}"
+  exit 1
+fi
+echo "test_matrix: passed on triton ${versions[*]}"
