@@ -1,4 +1,4 @@
-"""The backend hook chains with a hook installed before it and installs only once."""
+"""The backend hook chains with a hook installed before it (stages and cache key) and installs only once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ SCRIPT = textwrap.dedent('''
     from triton import knobs
     calls = []
 
-    def earlier_hook(backend, stages, options, language, capability):
+    def earlier_hook(*args):
+        if not args:  # Triton >= 3.7 asks every hook for its cache key
+            return "earlier-pipeline", "earlier-hash"
+        backend, stages, options, language, capability = args
         calls.append(sorted(stages))
         make_ptx = stages["ptx"]
         stages["ptx"] = lambda src, metadata: make_ptx(src, metadata) + "// seen by the earlier hook\\n"
@@ -33,6 +36,8 @@ SCRIPT = textwrap.dedent('''
     import re
     assert not re.search(r"call[^@\\n]*@rawext_", c.asm["llir"]), "raw call left in llir"
     assert knobs.runtime.add_stages_inspection_hook is hook
+    key, key_hash = hook()
+    assert key.startswith("earlier-pipeline") and "triton_raw_ext-" in key and len(key_hash) == 64, key
     print("ok", len(calls))
 ''')
 
@@ -47,3 +52,14 @@ def test_chains_with_an_earlier_hook(tmp_path: Path):
                          timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok 1"
+
+
+def test_stage_hook_cache_key_tracks_the_plugin_code():
+    from triton_raw_ext.triton_version import stage_hook
+
+    seen = []
+    hook = stage_hook(lambda *args: seen.append(args), "plugin-a", None)
+    assert hook() == hook() and hook()[0] == "plugin-a"
+    assert stage_hook(lambda *args: None, "plugin-b", None)()[1] != hook()[1]
+    hook("backend", {}, "options", "language", 90)
+    assert seen == [("backend", {}, "options", "language", 90)]

@@ -68,30 +68,24 @@ def _bundled_llvm(triton_dir: Path) -> str:
 
 
 def probe_triton() -> Component:
-    """Triton's version, its bundled LLVM and the ptxas binaries it will run."""
+    """Triton's version, its bundled LLVM and the ptxas it runs for sm_90 and for sm_100."""
     import triton
-    from triton import knobs
+    from triton.backends.nvidia.compiler import get_ptxas
 
     triton_dir = Path(triton.__file__).parent
     facts: Facts = {"version": triton.__version__, "path": str(triton_dir), "llvm": _bundled_llvm(triton_dir)}
-    try:
-        ptxas = knobs.nvidia.ptxas
-    except RuntimeError as e:
-        return Component(
-            "triton",
-            True,
-            False,
-            facts,
-            problem=str(e),
-            fix="reinstall Triton (`pip install --force-reinstall 'triton>=3.6,<3.10'`) "
-            "or set TRITON_PTXAS_PATH",
-        )
-    facts["ptxas"] = f"{ptxas.version} {ptxas.path}"
-    try:
-        blackwell = knobs.nvidia.ptxas_blackwell
-        facts["ptxas_blackwell"] = f"{blackwell.version} {blackwell.path}"
-    except RuntimeError:
-        facts["ptxas_blackwell"] = "not found (needed only for sm_100 and newer)"
+    for arch in (90, 100):
+        try:
+            ptxas = get_ptxas(arch)
+            facts[f"ptxas_sm{arch}"] = f"{ptxas.version} {ptxas.path}"
+        except RuntimeError as e:
+            if arch > 90:
+                facts[f"ptxas_sm{arch}"] = f"not found ({e})"
+                continue
+            return Component(
+                "triton", True, False, facts, problem=str(e),
+                fix="reinstall Triton (`pip install --force-reinstall 'triton>=3.6,<3.10'`) or set TRITON_PTXAS_PATH",
+            )  # fmt: skip
     return Component("triton", True, True, facts)
 
 
