@@ -79,9 +79,12 @@ def run_aot() -> tuple[bool, dict]:
                   f"{r['cubin_kb']:>9} {r['shared_bytes']:>7} {len(r['nvshmem'])} symbols")
         else:
             print(f"{r['tutorial']:<24} {r['kernel']:<40} FAIL  {r['error'].splitlines()[-1][:200]}")
+    from triton_raw_ext.toolchain import find_clang
+
     ok = bool(rows) and all(r["ok"] for r in rows)
-    print(f"\n{sum(r['ok'] for r in rows)}/{len(rows)} kernels compiled to sm_90 cubin without a GPU")
-    return ok, {"mode": "aot", "target": "cuda sm_90", "kernels": rows}
+    clang = find_clang().identity
+    print(f"\n{sum(r['ok'] for r in rows)}/{len(rows)} kernels compiled to sm_90 cubin without a GPU (clang {clang})")
+    return ok, {"mode": "aot", "target": "cuda sm_90", "clang": clang, "kernels": rows}
 
 
 def run_gpu(timeout_s: float) -> tuple[bool, dict]:

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # The CPU suite (lit and pytest) against other Triton releases, each in its own virtual environment
-# under .venv-matrix/ that sees this Python's other packages (torch, llvmlite, the test tools):
+# under .venv-matrix/ that sees this Python's other packages (torch, llvmlite, the test tools) and
+# holds that Triton and the NVSHMEM wheel triton_raw_ext/stack.py pairs it with:
 #   bash scripts/test_matrix.sh            every tested Triton except the one installed here
 #   bash scripts/test_matrix.sh 3.8.0      just these
 # Run scripts/install.sh first (scripts/test.sh does). Extra pytest arguments: PYTEST_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+declare -A nvshmem
+while read -r triton wheel; do nvshmem[$triton]=$wheel; done < <($PY triton_raw_ext/stack.py matrix)
 if [ "$#" -gt 0 ]; then
   versions=("$@")
 else
   installed=$($PY -c "from importlib.metadata import version; print(version('triton'))")
-  mapfile -t versions < <($PY triton_raw_ext/stack.py tested-triton | grep -vx "$installed")
+  mapfile -t versions < <(printf '%s\n' "${!nvshmem[@]}" | sort -V | grep -vx "$installed")
 fi
 failed=()
 for v in "${versions[@]}"; do
   venv=.venv-matrix/triton-$v
-  echo "== triton $v ($venv)"
+  [ -n "${nvshmem[$v]:-}" ] || { echo "test_matrix: $v is not a tested Triton (${!nvshmem[*]})"; exit 2; }
+  echo "== triton $v, ${nvshmem[$v]} ($venv)"
   [ -x "$venv/bin/python" ] || $PY -m venv --system-site-packages "$venv"
-  "$venv/bin/python" -m pip install -q "triton==$v"
+  "$venv/bin/python" -m pip install -q "triton==$v" "${nvshmem[$v]}"
   "$venv/bin/python" -m pip install -q --no-deps -e .
   if ! (export PATH="$PWD/$venv/bin:$PATH"
         python -c 'import sys; from lit.main import main; sys.argv[0] = "lit"; main()' -q lit_tests &&

@@ -237,6 +237,16 @@ def test_runtime_helper_loads_and_matches_nvshmem_version(helper: None, cache: P
     assert lib.trx_host_library_path().decode().endswith("libnvshmem_host.so.3")
 
 
+def test_host_library_already_loaded_by_torch(helper: None, cache: Path) -> None:
+    """torch's symmetric memory loads NVSHMEM's host library before the runtime does (torch 2.15 with its
+    pinned NVSHMEM 3.7.2): the helper binds to that copy and the version check passes."""
+    install = find_nvshmem()
+    ctypes.CDLL(str(install.host_library), mode=ctypes.RTLD_GLOBAL)
+    lib = hostlib.host_library()
+    assert Path(lib.trx_host_library_path().decode()).resolve() == install.host_library.resolve()
+    assert hostlib._version(lib, "trx_host_version") == install.version
+
+
 def test_version_mismatch_is_a_clear_error() -> None:
     with pytest.raises(RawRuntimeError) as err:
         hostlib.check_versions((3, 8, 0), (3, 4, 5), "/x/libnvshmem_host.so.3", Path("/y"))

@@ -3,8 +3,10 @@
 It wraps the NVIDIA backend's `llir` stage:
 
 1. Raw libraries: the TTGIR's ``tt.extern_elementwise`` calls into ``triton_raw`` name the `.ll`
-   files to link; they are added to ``extern_libs`` for this compile, so Triton links them before
-   its O3 pipeline, which inlines them into the kernel (the wrappers are ``alwaysinline``).
+   files to link; they are put in front of ``extern_libs`` for this compile, so Triton links them
+   before its O3 pipeline, which inlines them into the kernel (the wrappers are ``alwaysinline``),
+   and the libdevice it links after them resolves the CUDA math they call (``__nv_expf`` ...) with
+   Triton's own ftz setting.
 2. NVSHMEM: if the optimized kernel IR still declares NVSHMEM functions, NVSHMEM's device bitcode
    is linked once (:mod:`triton_raw_ext.nvshmem_link`).
 
@@ -43,7 +45,9 @@ def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
         libs = raw_libraries(str(src))
         if not libs:
             return original(src, metadata)
-        extern_libs = dict(options.extern_libs or ()) | libs
+        # Raw libraries first: Triton links the list in order, each library only for what is still
+        # undefined, so libdevice (in Triton's list) then resolves the raw code's __nv_* calls too.
+        extern_libs = libs | dict(options.extern_libs or ())
         llir = backend.make_llir(src, metadata, dataclasses.replace(options, extern_libs=extern_libs), capability)
         return link_nvshmem(llir, capability, sm_arch_from_capability(capability), metadata)
 

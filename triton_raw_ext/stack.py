@@ -17,6 +17,14 @@ SUPPORTED_TRITON = "triton>=3.6,<3.10"
 TESTED_NVSHMEM = ("3.4.5", "3.7.2", "3.8.0")  # compiled and linked by the CPU suite and the compile benchmark
 DEFAULT_NVSHMEM = "3.4.5"  # the unified-bitcode release the GPU machine has
 NVSHMEM_WHEELS = {12: "nvidia-nvshmem-cu12", 13: "nvidia-nvshmem-cu13"}
+# The CPU matrix (scripts/test_matrix.sh): each tested Triton beside an NVSHMEM wheel, so that every
+# tested NVSHMEM release and both CUDA majors are compiled against; 3.9 gets torch 2.15's own pin.
+MATRIX_NVSHMEM = {
+    "3.6.0": "nvidia-nvshmem-cu13==3.4.5",
+    "3.7.1": "nvidia-nvshmem-cu13==3.8.0",
+    "3.8.0": "nvidia-nvshmem-cu12==3.8.0",
+    "3.9.0": "nvidia-nvshmem-cu13==3.7.2",
+}
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([0-9][0-9A-Za-z.+]*)")
 
 
@@ -114,9 +122,12 @@ def install_requirements() -> list[str]:
 
 
 def main() -> None:
-    """``stack.py requirements``: :func:`install_requirements`, one a line; ``stack.py tested-triton``:
-    :data:`TESTED_TRITON`, one a line."""
-    commands = {"requirements": install_requirements, "tested-triton": lambda: list(TESTED_TRITON)}
+    """``stack.py requirements``: :func:`install_requirements`, one a line; ``stack.py matrix``: each
+    tested Triton and its NVSHMEM requirement (:data:`MATRIX_NVSHMEM`), one pair a line."""
+    commands = {
+        "requirements": install_requirements,
+        "matrix": lambda: [f"{triton} {nvshmem}" for triton, nvshmem in MATRIX_NVSHMEM.items()],
+    }
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
         raise SystemExit(f"usage: stack.py {{{'|'.join(commands)}}}")
     print("\n".join(commands[sys.argv[1]]()))
