@@ -3,9 +3,10 @@
 It wraps the NVIDIA backend's `llir` stage:
 
 1. Raw libraries: the TTGIR's ``tt.extern_elementwise`` calls into ``triton_raw`` name the `.ll`
-   files to link; they are put in front of ``extern_libs`` for this compile, so Triton links them
-   before its O3 pipeline, which inlines them into the kernel (the wrappers are ``alwaysinline``),
-   and the libdevice it links after them resolves the CUDA math they call (``__nv_expf`` ...) with
+   files to link; they, each followed by its user libraries (``libs=``), are put in front of
+   ``extern_libs`` for this compile. Triton links them before its O3 pipeline, each only for what
+   is still undefined, and O3 inlines them into the kernel (the wrappers are ``alwaysinline``); the
+   libdevice it links after them resolves the CUDA math they call (``__nv_expf`` ...) under
    Triton's own ftz setting.
 2. NVSHMEM: if the optimized kernel IR still declares NVSHMEM functions, NVSHMEM's device bitcode
    is linked once (:mod:`triton_raw_ext.nvshmem_link`).
@@ -18,11 +19,14 @@ keys (3.7 and newer), the key is the plugin's code digest.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+from pathlib import Path
 
 from triton import knobs
 from triton.backends.nvidia.compiler import sm_arch_from_capability
 
+from .cu_compiler import SIGNATURE_FILE
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
 from .triton_version import stage_hook
@@ -33,8 +37,13 @@ _HOOK_MARK = "_triton_raw_ext_hook"
 
 
 def raw_libraries(ttgir: str) -> dict[str, str]:
-    """``extern_libs`` entries (name -> path) for the raw libraries that TTGIR text calls into."""
-    paths = sorted(set(_RAW_LIBPATH.findall(ttgir)))
+    """``extern_libs`` entries (name -> path) for the raw libraries that TTGIR text calls into, each
+    followed by the user libraries (``libs=``) its ``signature.json`` lists."""
+    paths: list[str] = []
+    for raw in sorted(set(_RAW_LIBPATH.findall(ttgir))):
+        folder = Path(raw).parent
+        user = json.loads((folder / SIGNATURE_FILE).read_text()).get("libs", [])
+        paths += [raw, *(str(folder / name) for name in user if str(folder / name) not in paths)]
     return {f"{LIBRARY_NAME}_{i}": path for i, path in enumerate(paths)}
 
 

@@ -2,8 +2,10 @@
 
 Pipeline for (source, arch): clang -> NVPTX bitcode with NVSHMEM references left as declarations
 -> `abi-wrappers` -> `unique-symbols` (prefix from the source key) -> `triton-compat` -> ``lib.ll``
-plus ``signature.json`` (exported functions, ABI types, purity, NVSHMEM symbols used). Results are
-cached on disk under ``raw_lib/<key>`` and in memory.
+plus ``signature.json`` (exported functions, ABI types, purity, NVSHMEM symbols used, user
+libraries). The user libraries of ``libs=`` go through `triton-compat` into ``user<i>.ll`` beside it,
+unrenamed: the raw code calls them by name. Results are cached on disk under ``raw_lib/<key>`` and
+in memory.
 """
 
 from __future__ import annotations
@@ -38,11 +40,24 @@ class CompileSpec:
     include_dirs: tuple[Path, ...] = ()
     defines: tuple[str, ...] = ()
     library: str | None = None
+    libs: tuple[Path, ...] = ()  # the user's device bitcode (or .ll) the functions may call
+
+
+SIGNATURE_FILE = "signature.json"
+
+
+def user_library_name(index: int) -> str:
+    """File name, in a raw library's cache folder, of the Triton-ready copy of ``spec.libs[index]``."""
+    return f"user{index}.ll"
 
 
 @dataclass(frozen=True)
 class RawLibrary:
-    """A compiled raw library for one SM: the `.ll` file Triton links and what it exports."""
+    """A compiled raw library for one SM: the `.ll` file Triton links and what it exports.
+
+    Beside it, ``signature.json`` lists under ``"libs"`` the user libraries (``user<i>.ll``) that
+    Triton links right after it (:func:`triton_raw_ext.backend_hook.raw_libraries`).
+    """
 
     path: Path
     functions: dict[str, WrappedFunction]  # name in the .cu -> wrapper info
@@ -111,8 +126,23 @@ def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
     }  # fmt: skip
     signature = {"source": str(spec.source), "arch": arch, "functions": functions,
                  "unsupported": report.unsupported, "nvshmem_symbols": nvshmem}  # fmt: skip
+    for index, path in enumerate(spec.libs):
+        write_atomic(folder / user_library_name(index), triton_compat(str(_user_library(path))))
+    signature["libs"] = [user_library_name(i) for i in range(len(spec.libs))]
     write_atomic(folder / "lib.ll", triton_compat(str(mod)))
-    write_atomic(folder / "signature.json", json.dumps(signature, indent=1))
+    write_atomic(folder / SIGNATURE_FILE, json.dumps(signature, indent=1))
+
+
+def _user_library(path: Path) -> llvm.ModuleRef:
+    """Parse one of ``libs=`` (NVPTX bitcode or text IR), naming the file when it is not usable."""
+    try:
+        mod = load(path)
+    except ValueError as e:
+        raise RawCompileError(f"libs= entry {path} is not LLVM bitcode or IR: {e}") from e
+    if not mod.triple.startswith("nvptx64"):
+        raise RawCompileError(f"libs= entry {path} targets {mod.triple or 'no triple'}, not nvptx64-nvidia-cuda; "
+                              f"compile it for the GPU (clang -x cuda --cuda-device-only -emit-llvm -c)")
+    return mod
 
 
 @functools.lru_cache(maxsize=256)
@@ -123,8 +153,9 @@ def compile_raw_library(spec: CompileSpec, source_key: str, arch: int) -> RawLib
     :func:`triton_raw_ext.dialect.RawFunction.cache_key`); it names the cache entry.
     """
     key = digest(source_key, str(arch))
-    folder = get_or_build("raw_lib", key, ("lib.ll", "signature.json"), lambda f: _build(spec, arch, key, f))
-    sig = json.loads((folder / "signature.json").read_text())
+    files = ("lib.ll", SIGNATURE_FILE, *(user_library_name(i) for i in range(len(spec.libs))))
+    folder = get_or_build("raw_lib", key, files, lambda f: _build(spec, arch, key, f))
+    sig = json.loads((folder / SIGNATURE_FILE).read_text())
     functions = {
         name: WrappedFunction(f["target"], f["symbol"], f["ret"], [tuple(p) for p in f["params"]], f["pure"])
         for name, f in sig["functions"].items()

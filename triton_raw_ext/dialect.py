@@ -78,7 +78,7 @@ class RawFunction:
         _local_includes(self.spec.source, self.spec.include_dirs, files)
         parts: list[str | bytes] = [code_digest(), find_clang().identity, str(find_cuda_headers())]
         parts += [repr((self.spec.clang_flags, [str(d) for d in self.spec.include_dirs], self.spec.defines))]
-        for path in sorted(files):
+        for path in sorted(files) + list(self.spec.libs):
             parts += [str(path), path.read_bytes()]
         if self.spec.library == "nvshmem":
             from .nvshmem_install import find_nvshmem, identity
@@ -119,12 +119,16 @@ def dialect(
     clang_flags: Iterable[str] | None = None,
     include_dirs: Iterable[str] | None = None,
     defines: Iterable[str] | None = None,
+    libs: Iterable[str] | None = None,
 ) -> Callable[[Callable], RawFunction]:
     """Register the decorated Python stub as the raw function ``extern_func_name`` of ``file``.
 
     ``file`` (and relative ``include_dirs``) are resolved against the folder of the Python file
     that defines the stub. ``library="nvshmem"`` lets the function call NVSHMEM's device API; the
-    kernel then links NVSHMEM's device bitcode. Errors in the arguments raise
+    kernel then links NVSHMEM's device bitcode. ``libs`` (paths resolved like ``file``) are the
+    user's NVPTX device libraries (``.bc`` or ``.ll``) the source calls into: each kernel links only
+    the functions it still needs from them, before Triton's optimizer, so they inline like the
+    raw code. Errors in the arguments raise
     :class:`RawCompileError` at decoration time; compile errors at the kernel's first compile.
     """
     if name not in SUPPORTED_DIALECTS:
@@ -145,7 +149,15 @@ def dialect(
                 f"the path is relative to the folder of the Python file that defines {stub.__qualname__}"
             )
         dirs = tuple((here / d).resolve() for d in _as_tuple(include_dirs))
-        spec = CompileSpec(source, _as_tuple(clang_flags), dirs, _as_tuple(defines), library)
+        user_libs = tuple((here / lib).resolve() for lib in _as_tuple(libs))
+        for lib in user_libs:
+            if not lib.is_file() or lib.suffix not in (".bc", ".ll"):
+                raise RawCompileError(
+                    f"@dialect on {stub.__qualname__}: libs entry {lib} is not a .bc or .ll file; give NVPTX "
+                    f"device bitcode (clang -x cuda --cuda-device-only -emit-llvm -c), relative to the folder of "
+                    f"the Python file that defines {stub.__qualname__}"
+                )
+        spec = CompileSpec(source, _as_tuple(clang_flags), dirs, _as_tuple(defines), library, user_libs)
         return RawFunction(extern_func_name or stub.__name__, spec, stub.__name__)
 
     return register
