@@ -112,6 +112,7 @@ def inductor_kernel_module(kernel, args: dict) -> tuple[str, str]:
     from torch._inductor.virtualized import V
 
     cuda = torch.device("cuda", 0)
+    args = dict(args)
     graph = GraphLowering(torch.fx.symbolic_trace(lambda x: x))
     graph.current_device = cuda
     for arg, value in args.items():
@@ -213,8 +214,8 @@ def test_gpu_tests_kernels_compile_from_inductor_modules(sm90, monkeypatch):
 
 
 def test_cu_edit_changes_inductor_cache_keys(tmp_path):
-    """The FX graph cache key (and the kernel module, which names the code and AOTAutograd caches)
-    changes with the `.cu` and only with it."""
+    """The FX graph cache key and the kernel source that AOTAutograd's cache keys on (and the code
+    cache, through the module around it) change with the `.cu`, and only with it."""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table, triton_kernel_wrapper_mutation
     from torch._inductor.codecache import compiled_fx_graph_hash
     from torch._inductor.codegen.wrapper import user_defined_triton_kernel_transitive_closure_source_code
