@@ -4,11 +4,23 @@ A :class:`RawFunction` is a Triton builtin (callable inside kernels, see
 :mod:`triton_raw_ext.language`) that also contributes its :attr:`RawFunction.cache_key` to the
 hash of every kernel that references it, so that editing the `.cu` file, a flag, the clang or CUDA
 version, the NVSHMEM library or the plugin recompiles the kernel.
+
+Contract for code generators that re-emit a kernel's globals as source: torch.compile's inductor
+writes a global that is not a JIT function or a constant, and whose ``__module__`` starts with
+``triton``, as ``from <__module__> import <__name__> as <global>`` into the module its compile
+workers load. A RawFunction's ``__module__`` is this module and its ``__name__`` is an identifier
+that encodes the function (``extern_func_name``, the stub's name, the :class:`CompileSpec`) and
+ends with the first digits of :attr:`RawFunction.cache_key`; this module's ``__getattr__`` decodes
+it, so the import re-creates an equal RawFunction in any process, without the stub's module (which
+may be ``__main__`` or not importable there). The `.cu` must be at the same path. Because the name
+changes with the cache key, caches keyed by the emitted source see every edit of the `.cu`.
 """
 
 from __future__ import annotations
 
+import base64
 import inspect
+import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,6 +36,8 @@ from .version import code_digest
 SUPPORTED_DIALECTS = ("cuda",)
 SUPPORTED_LIBRARIES = ("nvshmem",)
 _QUOTE_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_IMPORT_NAME = re.compile(r"__rawfn_([a-z2-7]+)_([0-9a-f]+)\Z")  # <stub>__rawfn_<base32 fields>_<key digits>
+_KEY_DIGITS = 16
 
 
 class _KeyContribution(JITCallable):
@@ -63,8 +77,29 @@ class RawFunction:
     def __init__(self, name: str, spec: CompileSpec, python_name: str) -> None:
         self.extern_func_name = name
         self.spec = spec
-        self.__name__ = python_name
         self.__qualname__ = python_name
+
+    @property
+    def __name__(self) -> str:
+        """An identifier this module's ``__getattr__`` turns back into this function (see the module
+        docstring); it ends with the first digits of :attr:`cache_key`."""
+        spec = self.spec
+        fields = [self.extern_func_name, self.__qualname__, str(spec.source), list(spec.clang_flags),
+                  [str(d) for d in spec.include_dirs], list(spec.defines), spec.library]
+        payload = base64.b32encode(json.dumps(fields).encode()).decode().rstrip("=").lower()
+        return f"{self.__qualname__}__rawfn_{payload}_{self.cache_key[:_KEY_DIGITS]}"
+
+    @classmethod
+    def from_name(cls, name: str) -> RawFunction:
+        """The RawFunction whose ``__name__`` is ``name``, re-created from the fields it encodes."""
+        match = _IMPORT_NAME.search(name)
+        if match is None:
+            raise ValueError(f"{name!r} is not the name of a raw function")
+        payload = match.group(1).upper()
+        payload += "=" * (-len(payload) % 8)
+        extern, python_name, source, flags, dirs, defines, library = json.loads(base64.b32decode(payload))
+        spec = CompileSpec(Path(source), tuple(flags), tuple(Path(d) for d in dirs), tuple(defines), library)
+        return cls(extern, spec, python_name)
 
     def __repr__(self) -> str:
         return f"<raw cuda function {self.extern_func_name} from {self.spec.source}>"
@@ -161,3 +196,10 @@ def dialect(
         return RawFunction(extern_func_name or stub.__name__, spec, stub.__name__)
 
     return register
+
+
+def __getattr__(name: str) -> RawFunction:
+    """``from triton_raw_ext.dialect import <RawFunction.__name__>``: the function re-created."""
+    if _IMPORT_NAME.search(name) is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return RawFunction.from_name(name)

@@ -7,6 +7,13 @@ thread of the program runs it once. ``void`` functions return None. Pointers are
 Arguments must have the parameter's type, except conversions C makes without loss (a narrower
 integer to a wider signed one, fp16/bf16 to fp32, fp32 to fp64) and signed/unsigned integers of
 the same width; anything else is a compile error naming the function, parameter and both types.
+
+A call that may touch memory also declares, for each Triton pointer argument, a load and (unless
+the pointer is ``const``) a store whose mask is all false; Triton's canonicalizer erases them before
+any code is generated. They are for analyses of the unoptimized TTIR that cannot see into the call:
+torch.compile finds the tensors a user kernel reads and writes from its loads and stores, and
+without them it would take a kernel whose raw function writes through a pointer for one that writes
+nothing, and could drop or reorder its launch.
 """
 
 from __future__ import annotations
@@ -77,6 +84,23 @@ def _convert(fn_name: str, param: str, abi: str, value, _semantic) -> core.tenso
     raise RawCompileError(f"{where} expects {want}, got {got}; convert it with .to({want})")
 
 
+def _declare_accesses(pointers: list, _semantic) -> None:
+    """The masked-off load and store on each pointer argument (see the module docstring)."""
+    for ptr in pointers:
+        if not isinstance(ptr, core.tensor) or not ptr.dtype.is_ptr():
+            continue
+        element = ptr.dtype.element_ty
+        if element.is_ptr() or element.is_block():  # pointers to pointers, block pointers
+            continue
+        if not ptr.type.is_block():
+            ptr = core.broadcast_to(ptr, [1], _semantic=_semantic)  # a scalar false mask is not erased
+        nowhere = core.full(ptr.shape, 0, tl.int1, _semantic=_semantic)
+        zero = core.full(ptr.shape, 0, element, _semantic=_semantic)
+        core.load(ptr, mask=nowhere, other=zero, _semantic=_semantic)
+        if not ptr.dtype.const:
+            core.store(ptr, zero, mask=nowhere, _semantic=_semantic)
+
+
 def emit_call(fn, args: list, _semantic):
     """Emit the call of RawFunction ``fn`` with ``args``; see the module docstring."""
     lib = fn.library(_arch(_semantic))
@@ -95,6 +119,8 @@ def emit_call(fn, args: list, _semantic):
         expected = ", ".join(f"{C_NAMES[t]} {p}" for p, t in info.params)
         raise RawCompileError(f"raw function {name}({expected}) takes {len(info.params)} arguments, got {len(args)}")
     converted = [_convert(name, p, abi, a, _semantic) for (p, abi), a in zip(info.params, args, strict=True)]
+    if not info.pure:
+        _declare_accesses([a for (_, abi), a in zip(info.params, args, strict=True) if abi == "ptr"], _semantic)
     ret_dtype = tl.int32 if info.ret == "void" else ABI_DTYPES[info.ret]
     key = tuple(t.dtype for t in converted)
     result = core.extern_elementwise(LIBRARY_NAME, str(lib.path), converted, {key: (info.symbol, ret_dtype)},

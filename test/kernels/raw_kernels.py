@@ -115,6 +115,12 @@ def rotate_kernel(data_ptr, N: tl.constexpr):
 
 
 @triton.jit
+def rotate_direct_kernel(data_ptr, N: tl.constexpr):
+    """rotate_kernel with the direct-call form (the form torch.compile can re-emit, see docs/api.md)."""
+    rotate_block(data_ptr + tl.program_id(0) * N, N)
+
+
+@triton.jit
 def two_sources_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
     """Calls first() and second(), whose .cu files both define `helper`."""
     offs = tl.arange(0, BLOCK)
