@@ -85,7 +85,7 @@ class RawFunction:
         docstring); it ends with the first digits of :attr:`cache_key`."""
         spec = self.spec
         fields = [self.extern_func_name, self.__qualname__, str(spec.source), list(spec.clang_flags),
-                  [str(d) for d in spec.include_dirs], list(spec.defines), spec.library]
+                  [str(d) for d in spec.include_dirs], list(spec.defines), spec.library, [str(p) for p in spec.libs]]
         payload = base64.b32encode(json.dumps(fields).encode()).decode().rstrip("=").lower()
         return f"{self.__qualname__}__rawfn_{payload}_{self.cache_key[:_KEY_DIGITS]}"
 
@@ -97,8 +97,9 @@ class RawFunction:
             raise ValueError(f"{name!r} is not the name of a raw function")
         payload = match.group(1).upper()
         payload += "=" * (-len(payload) % 8)
-        extern, python_name, source, flags, dirs, defines, library = json.loads(base64.b32decode(payload))
-        spec = CompileSpec(Path(source), tuple(flags), tuple(Path(d) for d in dirs), tuple(defines), library)
+        extern, python_name, source, flags, dirs, defines, library, libs = json.loads(base64.b32decode(payload))
+        spec = CompileSpec(Path(source), tuple(flags), tuple(Path(d) for d in dirs), tuple(defines), library,
+                           tuple(Path(lib) for lib in libs))
         return cls(extern, spec, python_name)
 
     def __repr__(self) -> str:
