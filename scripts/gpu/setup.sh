@@ -6,8 +6,10 @@ export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAS
 export PYTHONFAULTHANDLER=1  # a Python process sent SIGABRT prints every thread's stack (timeout_with_stacks)
 if ! command -v clang-22 >/dev/null && [ -d .debs ]; then
   root=/tmp/clang-root
-  if [ ! -x "$root/usr/lib/llvm-22/bin/clang" ]; then
+  debs=$(ls .debs/*.deb | sha1sum)  # clang-22, libclang-cpp22, libllvm22, libclang-common-22-dev, libz3-4
+  if [ "$(cat "$root/.debs" 2>/dev/null)" != "$debs" ]; then
     for deb in .debs/*.deb; do dpkg -x "$deb" "$root"; done
+    echo "$debs" >"$root/.debs"
   fi
   cat > "$root/clang" <<WRAP
 #!/bin/sh
