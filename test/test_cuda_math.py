@@ -32,6 +32,8 @@ def test_fast_math_follows_triton_ftz():
 
 @requires_gpu
 def test_libdevice_results_match_triton_math():
+    """Bit for bit: each raw function against the same operation in Triton (its libdevice where
+    Triton has one: CUDA's ``sqrtf`` is libdevice's ``__nv_sqrtf``, ``__fsqrt_rn`` is ``tl.sqrt_rn``)."""
     import torch
 
     n, block = 100_003, 256
@@ -41,15 +43,15 @@ def test_libdevice_results_match_triton_math():
     raw = torch.full((len(mk.FLOAT_NAMES), n), float("nan"), device="cuda")
     ref = torch.full_like(raw, float("nan"))
     mk.float_math_kernel[grid](x, y, raw, ref, n, BLOCK=block)
-    for k, name in enumerate(mk.FLOAT_NAMES):
-        torch.testing.assert_close(raw[k], ref[k], rtol=0, atol=0, msg=lambda m, name=name: f"{name}: {m}")
     i = torch.randint(-(2**31), 2**31 - 1, (n,), device="cuda", dtype=torch.int32)
     i[:4] = torch.tensor([0, -1, 2**31 - 1, -(2**31)], dtype=torch.int32)
     raw_i = torch.full((len(mk.INT_NAMES), n), -7, device="cuda", dtype=torch.int32)
     ref_i = torch.full_like(raw_i, -9)
     mk.int_math_kernel[grid](i, raw_i, ref_i, n, BLOCK=block)
-    for k, name in enumerate(mk.INT_NAMES):
-        torch.testing.assert_close(raw_i[k], ref_i[k], rtol=0, atol=0, msg=lambda m, name=name: f"{name}: {m}")
+    differ = [f"{name}: {int((a != b).sum())} of {n} differ, e.g. {a[a != b][:3].tolist()} vs {b[a != b][:3].tolist()}"
+              for names, raws, refs in ((mk.FLOAT_NAMES, raw, ref), (mk.INT_NAMES, raw_i, ref_i))
+              for name, a, b in zip(names, raws, refs, strict=True) if not torch.equal(a, b)]
+    assert not differ, "raw CUDA math differs from Triton's:\n" + "\n".join(differ)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -124,8 +125,10 @@ def inductor_kernel_module(kernel, args: dict) -> tuple[str, str]:
     wrapper.user_defined_kernel_cache = {}
     defined = {}
     wrapper.define_kernel = lambda name, code, *rest, **kwargs: defined.setdefault(name, code)
-    with V.set_graph_handler(graph):
-        name, *_ = wrapper.define_user_defined_triton_kernel(kernel, [], args, [], [], [[1, 1, 1]], None)
+    define = wrapper.define_user_defined_triton_kernel
+    optional = {"epilogue_fusion": None} if "epilogue_fusion" in inspect.signature(define).parameters else {}
+    with V.set_graph_handler(graph):  # torch 2.13 added epilogue_fusion
+        name, *_ = define(kernel, [], args, [], [], [[1, 1, 1]], **optional)
 
     captured = {}
 
@@ -246,10 +249,10 @@ def test_torch_sees_what_raw_functions_may_write(tmp_path, sm90):
     argument; the declarations are gone once Triton optimizes, and none is a store through a
     ``tl.const`` pointer (Triton refuses those)."""
     from kernels.raw_kernels import rotate_kernel
-    from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
+    from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors, kernel_side_table
 
-    found = identify_accessed_tensors(rotate_kernel, {"data_ptr": torch.zeros(512, dtype=torch.int32), "N": 128}, {})
-    assert [d.name for d in found.read_writes.writes] == ["data_ptr"]
+    kernel, constants = kernel_side_table.add_kernel(rotate_kernel), kernel_side_table.add_constant_args({"N": 128})
+    assert get_mutated_tensors(kernel, constants, {"data_ptr": torch.zeros(512, dtype=torch.int32)}, {}) == ["data_ptr"]
     ttir = aot(rotate_kernel, {"data_ptr": "*i32", "N": "constexpr"}, {"N": 128}).asm["ttir"]
     assert "tt.extern_elementwise" in ttir and "tt.load" not in ttir and "tt.store" not in ttir
 

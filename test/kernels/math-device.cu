@@ -6,7 +6,8 @@ extern "C" __device__ int abs_int(int x) { return abs(x); }
 extern "C" __device__ float exp_f32(float x) { return expf(x); }
 extern "C" __device__ float fast_exp_f32(float x) { return __expf(x); }
 extern "C" __device__ float log_f32(float x) { return logf(x); }
-extern "C" __device__ float sqrt_f32(float x) { return sqrtf(x); }
+extern "C" __device__ float sqrt_f32(float x) { return sqrtf(x); }  // libdevice's __nv_sqrtf, as tl's
+extern "C" __device__ float sqrt_rn_f32(float x) { return __fsqrt_rn(x); }  // IEEE round-to-nearest
 extern "C" __device__ float rsqrt_f32(float x) { return rsqrtf(x); }
 extern "C" __device__ float fast_div_f32(float x, float y) { return __fdividef(x, y); }
 extern "C" __device__ float fma_f32(float x, float y, float z) { return fmaf(x, y, z); }

@@ -38,6 +38,10 @@ def sqrt_f32(x): ...
 
 
 @dialect(name="cuda", file=MATH)
+def sqrt_rn_f32(x): ...
+
+
+@dialect(name="cuda", file=MATH)
 def rsqrt_f32(x): ...
 
 
@@ -65,7 +69,7 @@ FLOAT_SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "raw_ptr": "*fp32", "ref_
                    "BLOCK": "constexpr"}
 INT_SIGNATURE = {"i_ptr": "*i32", "raw_ptr": "*i32", "ref_ptr": "*i32", "n": "i32", "BLOCK": "constexpr"}
 # The rows of each kernel's outputs, in order:
-FLOAT_NAMES = ("expf", "__expf", "logf", "sqrtf", "rsqrtf", "__fdividef", "fmaf", "softplus")
+FLOAT_NAMES = ("expf", "__expf", "logf", "sqrtf", "rsqrtf", "__fdividef", "fmaf", "softplus", "__fsqrt_rn")
 INT_NAMES = ("min/max", "min unsigned", "abs", "__popc", "__clz")
 
 
@@ -84,7 +88,7 @@ def float_math_kernel(x_ptr, y_ptr, raw_ptr, ref_ptr, n, BLOCK: tl.constexpr):
     tl.store(raw_ptr + 2 * n + offs, log_f32(ax), mask=mask)
     tl.store(ref_ptr + 2 * n + offs, libdevice.log(ax), mask=mask)
     tl.store(raw_ptr + 3 * n + offs, sqrt_f32(ax), mask=mask)
-    tl.store(ref_ptr + 3 * n + offs, tl.sqrt_rn(ax), mask=mask)
+    tl.store(ref_ptr + 3 * n + offs, libdevice.sqrt(ax), mask=mask)
     tl.store(raw_ptr + 4 * n + offs, rsqrt_f32(ax), mask=mask)
     tl.store(ref_ptr + 4 * n + offs, libdevice.rsqrt(ax), mask=mask)
     tl.store(raw_ptr + 5 * n + offs, fast_div_f32(x, y), mask=mask)
@@ -93,6 +97,8 @@ def float_math_kernel(x_ptr, y_ptr, raw_ptr, ref_ptr, n, BLOCK: tl.constexpr):
     tl.store(ref_ptr + 6 * n + offs, tl.fma(x, y, ax), mask=mask)
     tl.store(raw_ptr + 7 * n + offs, softplus_clamped(x), mask=mask)
     tl.store(ref_ptr + 7 * n + offs, tl.minimum(libdevice.log(1.0 + libdevice.exp(x)), 20.0), mask=mask)
+    tl.store(raw_ptr + 8 * n + offs, sqrt_rn_f32(ax), mask=mask)
+    tl.store(ref_ptr + 8 * n + offs, tl.sqrt_rn(ax), mask=mask)
 
 
 @triton.jit
