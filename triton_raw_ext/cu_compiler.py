@@ -4,6 +4,10 @@ Pipeline for (source, arch): clang -> NVPTX bitcode with NVSHMEM references left
 -> `abi-wrappers` -> `unique-symbols` (prefix from the source key) -> `triton-compat` -> ``lib.ll``
 plus ``signature.json`` (exported functions, ABI types, purity, NVSHMEM symbols used). Results are
 cached on disk under ``raw_lib/<key>`` and in memory.
+
+clang compiles with ``-fgpu-rdc``: without it, clang makes an explicit template instantiation
+internal (the device code would be the whole program) and drops it when nothing in the file calls
+it.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ def clang_command(spec: CompileSpec, arch: int, output: Path) -> list[str]:
     return clang.argv(
         "-x", "cuda", "--cuda-device-only", "-emit-llvm", "-c", "-O3", "-std=c++17",
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
-        "-fcuda-short-ptr", "-fno-discard-value-names",
+        "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
         "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(),
         *includes, *defines, *spec.clang_flags, str(spec.source), "-o", str(output),
     )  # fmt: skip
