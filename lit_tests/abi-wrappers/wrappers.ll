@@ -1,4 +1,4 @@
-; abi-wrappers: every exported C function gets @<name>__triton with Triton's ABI types.
+; abi-wrappers: every exported function gets @<name>__triton with Triton's ABI types.
 ; RUN: triton-raw-opt %s --passes=abi-wrappers 2>/dev/null | FileCheck %s
 ; RUN: triton-raw-opt %s --passes=abi-wrappers 2>&1 >/dev/null | FileCheck %s --check-prefix=REPORT
 
@@ -81,8 +81,10 @@ attributes #3 = { noinline nounwind }
 ; noinline in the source is respected on the function; its wrapper is still alwaysinline.
 ; CHECK-LABEL: define i32 @slow__triton(i32 %p0)
 
-; C++ names and unsupported types get no wrapper.
-; CHECK-NOT:   @_Z6helperi__triton
+; C++ functions are exported under their mangled names.
+; CHECK-LABEL: define i32 @_Z6helperi__triton(i32 %p0)
+
+; Unsupported types get no wrapper.
 ; CHECK-NOT:   @pair__triton
 ; CHECK-NOT:   @first__triton
 
@@ -95,6 +97,6 @@ attributes #3 = { noinline nounwind }
 ; REPORT-DAG: abi-wrappers: wrapped add_one as add_one__triton
 ; REPORT-DAG: abi-wrappers: wrapped store as store__triton
 ; REPORT-DAG: abi-wrappers: wrapped hneg as hneg__triton
+; REPORT-DAG: abi-wrappers: wrapped _Z6helperi as _Z6helperi__triton
 ; REPORT-DAG: abi-wrappers: cannot wrap pair: it returns IR type <2 x float>, which Triton cannot receive
 ; REPORT-DAG: abi-wrappers: cannot wrap first: parameter 0 has IR type <2 x float>, which Triton cannot pass
-; REPORT-NOT: _Z6helperi
