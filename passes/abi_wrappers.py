@@ -24,7 +24,8 @@ Contract:
   (``{float, int}``, ``__half2``) is one word, so a call runs ``@f`` once; each further word runs
   ``@f`` again (Triton's optimizer merges the copies where it can), so wider structs are wrapped
   only for functions that write no memory and are not convergent. Unions and packed structs are
-  not wrapped: their fields cannot be told from padding.
+  not wrapped (the IR does not say which member is live, or which bytes are padding), nor structs
+  with ``i1`` fields, which clang never emits (it stores ``bool`` fields as ``i8``).
 * Wrappers are ``alwaysinline`` (and ``convergent`` when ``@f`` is); every other defined function
   becomes ``alwaysinline`` unless the source asked for ``noinline``, so that Triton's optimizer
   inlines the raw code as a region.
@@ -132,7 +133,7 @@ def _leaves(ty: llvm.TypeRef, path: tuple[int, ...]) -> list[tuple[str, str, tup
         element = next(iter(ty.elements))
         return [leaf for i in range(ty.element_count) for leaf in _leaves(element, (*path, i))]
     text = str(ty)
-    if text in SCALAR_TYPES:
+    if text in SCALAR_TYPES and text != "i1":  # clang stores bool fields as i8
         return [(text, text, path)]
     if _is_pointer(text):
         return [("ptr", text, path)]

@@ -50,6 +50,10 @@ define %struct.packed @as_packed() #0 {
   ret %struct.packed poison
 }
 
+define { i1, i8 } @with_i1() #0 {
+  ret { i1, i8 } poison
+}
+
 attributes #0 = { nounwind memory(none) }
 attributes #1 = { nounwind memory(argmem: write) }
 
@@ -114,6 +118,7 @@ attributes #1 = { nounwind memory(argmem: write) }
 ; CHECK-NOT:   @moments_store__triton
 ; CHECK-NOT:   @as_union__triton
 ; CHECK-NOT:   @as_packed__triton
+; CHECK-NOT:   @with_i1__triton
 
 ; REPORT-DAG: abi-wrappers: wrapped make_pair as make_pair__triton
 ; REPORT-DAG: abi-wrappers: wrapped sum_diff as sum_diff__triton
@@ -122,3 +127,4 @@ attributes #1 = { nounwind memory(argmem: write) }
 ; REPORT-DAG: abi-wrappers: cannot wrap moments_store: it returns %struct.moments, whose fields fill 2 64-bit words: each word would run the function again, and it writes memory or is convergent; return at most 64 bits of fields
 ; REPORT-DAG: abi-wrappers: cannot wrap as_union: it returns %union.bits, a union, whose active member the IR does not say
 ; REPORT-DAG: abi-wrappers: cannot wrap as_packed: it returns the packed struct %struct.packed, whose padding cannot be told from fields
+; REPORT-DAG: abi-wrappers: cannot wrap with_i1: it returns a struct with a field of IR type i1, which Triton cannot receive
