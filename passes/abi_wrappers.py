@@ -50,6 +50,7 @@ SCALAR_TYPES = tuple(t for t in SCALAR_BITS if t != "ptr")
 STRUCT_SCALARS = {"struct.__half": "half", "struct.__nv_bfloat16": "bfloat"}
 EXPORTED_LINKAGES = (llvm.Linkage.external, llvm.Linkage.weak_odr)
 _MEMORY = re.compile(r"\bmemory\(([^)]*)\)")
+_RENAMED = re.compile(r"\.\d+$")
 
 
 @dataclass
@@ -75,6 +76,15 @@ def _type_name(ty: llvm.TypeRef) -> str:
     return ty.name if ty.is_struct else str(ty)
 
 
+def _struct_scalar(name: str) -> str | None:
+    """``half``/``bfloat`` for the struct types of ``__half``/``__nv_bfloat16``, else None.
+
+    LLVM names a struct type ``struct.__half.<n>`` when its context already holds ``struct.__half``
+    (the process parsed another source before), so that suffix is ignored.
+    """
+    return STRUCT_SCALARS.get(_RENAMED.sub("", name))
+
+
 def _ir_type(ty: llvm.TypeRef) -> str:
     """How the type is spelled in IR text: ``%struct.x`` for named structs, else as printed."""
     return f"%{ty.name}" if ty.is_struct and ty.name else str(ty)
@@ -92,9 +102,9 @@ def _abi_param(arg: llvm.ValueRef, index: int) -> tuple[str, list[str], str]:
     p, a = f"%p{index}", f"%a{index}"
     if byval:
         struct = byval[len("byval(") : -1].lstrip("%")
-        if struct not in STRUCT_SCALARS:
+        abi = _struct_scalar(struct)
+        if abi is None:
             raise TypeError(f"parameter {index} is passed byval as %{struct}, which Triton cannot pass")
-        abi = STRUCT_SCALARS[struct]
         align = next((x for x in attrs if x.startswith("align ")), "align 2")
         lines = [
             f"  {a} = alloca %{struct}, {align}",
@@ -105,9 +115,8 @@ def _abi_param(arg: llvm.ValueRef, index: int) -> tuple[str, list[str], str]:
         return abi, lines, f"ptr byval(%{struct}) {align} {a}"
     if _is_pointer(ty):
         return "ptr", [f"  {a} = inttoptr i64 {p} to {ty}"], f"{ty} {a}"
-    if arg.type.is_struct and _type_name(arg.type) in STRUCT_SCALARS:
-        struct = _type_name(arg.type)
-        abi = STRUCT_SCALARS[struct]
+    struct = _type_name(arg.type)
+    if arg.type.is_struct and (abi := _struct_scalar(struct)):
         lines = [f"  {a}.bits = bitcast {abi} {p} to i16", f"  {a} = insertvalue %{struct} poison, i16 {a}.bits, 0"]
         return abi, lines, f"%{struct} {a}"
     if ty in SCALAR_TYPES:
@@ -121,8 +130,8 @@ def _leaves(ty: llvm.TypeRef, path: tuple[int, ...]) -> list[tuple[str, str, tup
     For ``__half``/``__nv_bfloat16`` the indices reach the ``i16`` inside the struct.
     """
     name = _type_name(ty)
-    if ty.is_struct and name in STRUCT_SCALARS:
-        return [(STRUCT_SCALARS[name], "i16", (*path, 0))]
+    if ty.is_struct and (abi := _struct_scalar(name)):
+        return [(abi, "i16", (*path, 0))]
     if ty.is_struct:
         if name.startswith("union."):
             raise TypeError(f"it returns %{name}, a union, whose active member the IR does not say")
@@ -247,10 +256,9 @@ def _wrappers(fn: llvm.ValueRef, symbol: str, structs: dict[str, llvm.TypeRef]) 
     w = _Wrapper(fn)
     ret_ty, *_ = fn.global_value_type.elements
     ret = _type_name(ret_ty)
-    if w.sret is not None or (ret_ty.is_struct and ret not in STRUCT_SCALARS):
+    if w.sret is not None or (ret_ty.is_struct and not _struct_scalar(ret)):
         return _struct_wrappers(fn, w, symbol, structs)
-    if ret in STRUCT_SCALARS:
-        abi = STRUCT_SCALARS[ret]
+    if abi := _struct_scalar(ret):
         lines = [f"  %r = call %{ret} {w.call}", f"  %r.bits = extractvalue %{ret} %r, 0",
                  f"  %r.val = bitcast i16 %r.bits to {abi}", f"  ret {abi} %r.val"]
         return WrappedFunction(fn.name, symbol, abi, w.params, w.pure), [w.define(abi, symbol, lines)]
