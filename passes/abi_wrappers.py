@@ -228,6 +228,7 @@ class _Wrapper:
 
 def _struct_wrappers(fn: llvm.ValueRef, w: _Wrapper, symbol: str,
                      structs: dict[str, llvm.TypeRef]) -> tuple[WrappedFunction, list[str]]:
+    """The word wrappers of a function returning a struct, directly or through its sret parameter."""
     if w.sret is not None:
         struct_ty, align = w.sret
         if struct_ty.lstrip("%") not in structs:

@@ -13,7 +13,7 @@ import triton.language as tl
 from conftest import KERNELS, aot, aot_error, requires_gpu
 from kernels import cxx_kernels as k
 
-from triton_raw_ext import dialect
+from triton_raw_ext import cxx_names, dialect
 from triton_raw_ext.cu_compiler import DEBUG_FLAGS, CompileSpec, compile_to_module
 from triton_raw_ext.cxx_names import candidates, demangle
 from triton_raw_ext.debug_types import pointee_types
@@ -128,6 +128,28 @@ def test_file_local_helpers_are_not_exported(name):
     text = _compile_error(kernel)
     assert f"function {name!r} not found in" in text and "axpy(float, float, float) [_Z4axpyfff]" in text
     assert "(not static, not inline, not in an anonymous namespace)" in text
+
+
+def test_without_a_demangler_cxx_functions_bind_by_mangled_name(monkeypatch):
+    monkeypatch.setattr(cxx_names, "_cxa_demangle", lambda: None)
+    cxx_names.demangle.cache_clear()
+    try:
+        assert candidates("_Z4axpyfff", ["_Z4axpyfff"]) == ["_Z4axpyfff"] and candidates("axpy", ["_Z4axpyfff"]) == []
+
+        @dialect(name="cuda", file="kernels/cxx-device.cu")
+        def axpy(a, x, y): ...
+
+        @triton.jit
+        def kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs)
+            tl.store(out_ptr + offs, axpy(x, x, x))
+
+        text = _compile_error(kernel)
+        assert "function 'axpy' not found" in text and "_Z4axpyfff" in text
+        assert "by its mangled name (no C++ runtime with __cxa_demangle could be loaded" in text
+    finally:
+        cxx_names.demangle.cache_clear()
 
 
 # --- results ----------------------------------------------------------------------------------

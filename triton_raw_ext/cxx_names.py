@@ -17,25 +17,22 @@ Spaces are ignored where C++ ignores them (``scale<unsigned int>`` keeps its one
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-_RUNTIMES = ("libstdc++.so.6", "libc++abi.so.1", "libc++.so.1")
+_RUNTIMES = ("libstdc++.so.6", "libc++abi.so.1")
 _IDENTIFIER_GAP = re.compile(r"(?<=\w)\s+(?=\w)")
 
 
 @functools.lru_cache(maxsize=1)
-def _cxa_demangle():
+def _cxa_demangle() -> tuple[Callable[..., int | None], Callable[[int], None]] | None:
     """``__cxa_demangle`` and ``free`` from the C++ runtime, or None where none can be loaded."""
-    names = [*_RUNTIMES, ctypes.util.find_library("stdc++")]
-    for name in filter(None, names):
+    for name in _RUNTIMES:
         try:
-            runtime = ctypes.CDLL(name)
-        except OSError:
+            demangle = ctypes.CDLL(name).__cxa_demangle
+        except (OSError, AttributeError):
             continue
-        demangle = runtime.__cxa_demangle
         demangle.restype = ctypes.c_void_p
         demangle.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
                              ctypes.POINTER(ctypes.c_int)]  # fmt: skip
