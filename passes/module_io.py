@@ -65,6 +65,16 @@ def optimize(mod: llvm.ModuleRef, level: int = 3, cpu: str = "sm_90") -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+def infer_function_attributes(mod: llvm.ModuleRef) -> None:
+    """Infer function attributes (memory effects, ``nounwind`` ...) bottom-up, as clang's -O3 does."""
+    tm = nvptx_target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=0)
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_post_order_function_attributes_pass()
+    mpm.run(mod, pb)
+
+
 def global_dce(mod: llvm.ModuleRef) -> None:
     """Delete unreferenced internal functions and globals."""
     tm = nvptx_target_machine()

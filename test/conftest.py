@@ -47,6 +47,16 @@ def aot(fn, signature: dict[str, str], constexprs: dict[str, object] | None = No
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options or None)
 
 
+def aot_error(fn, signature: dict[str, str], constexprs: dict[str, object] | None = None) -> str:
+    """Compile ``fn`` as :func:`aot` does and return the text of the error it must raise (and its cause)."""
+    with pytest.raises(Exception) as info:  # Triton wraps errors from builtins in CompilationError
+        aot(fn, signature, constexprs)
+    text = str(info.value)
+    if info.value.__cause__ is not None:
+        text += "\n" + str(info.value.__cause__)
+    return text
+
+
 def assert_no_spills(ptx: str, tmp_path: Path) -> None:
     """Assemble ``ptx`` with the ptxas Triton uses for sm_90a (``-v``) and require 0 bytes of spill
     stores in every function it reports."""

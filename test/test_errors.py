@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, aot, requires_nvshmem
+from conftest import KERNELS, aot, aot_error, requires_nvshmem
 
 import triton_raw_ext.language as raw
 from triton_raw_ext import RawCompileError, dialect, knobs, nvshmem_install
@@ -20,12 +20,7 @@ SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}
 
 def _compile_error(kernel, signature=SIG, constexprs=None) -> str:
     """Compile ``kernel`` and return the text of the error it must raise."""
-    with pytest.raises(Exception) as info:  # Triton wraps errors from builtins in CompilationError
-        aot(kernel, signature, constexprs or {"BLOCK": 128})
-    text = str(info.value)
-    if info.value.__cause__ is not None:
-        text += "\n" + str(info.value.__cause__)
-    return text
+    return aot_error(kernel, signature, constexprs or {"BLOCK": 128})
 
 
 @pytest.fixture

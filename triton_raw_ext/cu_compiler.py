@@ -2,10 +2,15 @@
 
 Pipeline for (source, arch): clang -> NVPTX bitcode with NVSHMEM references left as declarations
 -> `abi-wrappers` -> `unique-symbols` (prefix from the source key) -> `triton-compat` -> ``lib.ll``
-plus ``signature.json`` (exported functions, ABI types, purity, NVSHMEM symbols used, user
-libraries). The user libraries of ``libs=`` go through `triton-compat` into ``user<i>.ll`` beside it,
-unrenamed: the raw code calls them by name. Results are cached on disk under ``raw_lib/<key>`` and
-in memory.
+plus ``signature.json`` (exported functions, ABI types, purity, the element types of pointer
+results, NVSHMEM symbols used, user libraries). The user libraries of ``libs=`` go through
+`triton-compat` into ``user<i>.ll`` beside it, unrenamed: the raw code calls them by name. Results
+are cached on disk under ``raw_lib/<key>`` and in memory.
+
+clang compiles with ``-fgpu-rdc``: without it, clang makes an explicit template instantiation
+internal (the device code would be the whole program) and drops it when nothing in the file calls
+it. When an exported function returns a pointer, the source is compiled a second time with debug
+info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from triton_raw_ext.passes.abi_wrappers import WrappedFunction
 from triton_raw_ext.passes.module_io import declared_functions, load
 
 from .cache import digest, get_or_build, write_atomic
+from .debug_types import pointee_types
 from .errors import RawCompileError
 from .nvshmem_install import NVSHMEM_PREFIXES
 from .toolchain import find_clang, find_cuda_headers
@@ -60,26 +66,30 @@ class RawLibrary:
     """
 
     path: Path
-    functions: dict[str, WrappedFunction]  # name in the .cu -> wrapper info
-    unsupported: dict[str, str]  # name in the .cu -> why Triton cannot call it
+    functions: dict[str, WrappedFunction]  # symbol in the .cu -> wrapper info
+    unsupported: dict[str, str]  # symbol in the .cu -> why Triton cannot call it
+    pointees: dict[str, str]  # symbol in the .cu -> element type (triton.language name) of its pointer result
 
 
-def clang_command(spec: CompileSpec, arch: int, output: Path) -> list[str]:
-    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``."""
+DEBUG_FLAGS = ("-g", "--cuda-noopt-device-debug", "-Xclang", "-disable-llvm-passes")
+
+
+def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last."""
     clang, cuda = find_clang(), find_cuda_headers()
     includes = [f"-I{d}" for d in spec.include_dirs]
     defines = [f"-D{d}" for d in spec.defines]
     return clang.argv(
         "-x", "cuda", "--cuda-device-only", "-emit-llvm", "-c", "-O3", "-std=c++17",
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
-        "-fcuda-short-ptr", "-fno-discard-value-names",
+        "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
         "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(),
-        *includes, *defines, *spec.clang_flags, str(spec.source), "-o", str(output),
+        *includes, *defines, *spec.clang_flags, *extra, str(spec.source), "-o", str(output),
     )  # fmt: skip
 
 
-def _run_clang(spec: CompileSpec, arch: int, output: Path) -> None:
-    cmd = clang_command(spec, arch, output)
+def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:
+    cmd = clang_command(spec, arch, output, extra)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as e:
@@ -98,17 +108,19 @@ def _check_library(spec: CompileSpec, nvshmem_symbols: list[str]) -> None:
         )
 
 
-def compile_to_module(spec: CompileSpec, arch: int, workdir: Path | None = None) -> llvm.ModuleRef:
+def compile_to_module(spec: CompileSpec, arch: int, workdir: Path | None = None,
+                      extra: tuple[str, ...] = ()) -> llvm.ModuleRef:
     """Compile ``spec`` for ``sm_<arch>`` with :func:`clang_command` and parse the bitcode.
 
     No passes run: the module is clang's output, with NVSHMEM, libdevice and ``vprintf`` left as
-    declarations. The bitcode goes to a temporary folder inside ``workdir`` (default: the system's
-    temporary folder) that is deleted before returning. Raises :class:`RawCompileError` if clang
-    fails, ValueError if its output is not valid IR.
+    declarations. ``extra`` flags go last (:data:`DEBUG_FLAGS`: the debug build that
+    :mod:`~triton_raw_ext.debug_types` reads). The bitcode goes to a temporary folder inside
+    ``workdir`` (default: the system's temporary folder) that is deleted before returning. Raises
+    :class:`RawCompileError` if clang fails, ValueError if its output is not valid IR.
     """
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         bitcode = Path(tmp) / "raw.bc"
-        _run_clang(spec, arch, bitcode)
+        _run_clang(spec, arch, bitcode, extra)
         return load(bitcode)
 
 
@@ -117,15 +129,18 @@ def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
     nvshmem = sorted(f.name for f in declared_functions(mod) if f.name.startswith(NVSHMEM_PREFIXES))
     _check_library(spec, nvshmem)
     report = abi_wrappers(mod)
+    pointer_results = [w.target for w in report.wrapped if w.ret == "ptr"]
+    pointees = pointee_types(str(compile_to_module(spec, arch, folder, DEBUG_FLAGS)), pointer_results) \
+        if pointer_results else {}
     prefix = f"rawext_{key[:12]}_"
     unique_symbols(mod, prefix)
     functions = {
         w.target: {"target": prefix + w.target, "symbol": prefix + w.symbol, "ret": w.ret,
-                   "params": w.params, "pure": w.pure}
+                   "params": w.params, "pure": w.pure, "fields": w.fields, "words": [prefix + s for s in w.words]}
         for w in report.wrapped
     }  # fmt: skip
     signature = {"source": str(spec.source), "arch": arch, "functions": functions,
-                 "unsupported": report.unsupported, "nvshmem_symbols": nvshmem}  # fmt: skip
+                 "unsupported": report.unsupported, "pointees": pointees, "nvshmem_symbols": nvshmem}  # fmt: skip
     for index, path in enumerate(spec.libs):
         write_atomic(folder / user_library_name(index), triton_compat(str(_user_library(path))))
     signature["libs"] = [user_library_name(i) for i in range(len(spec.libs))]
@@ -157,7 +172,8 @@ def compile_raw_library(spec: CompileSpec, source_key: str, arch: int) -> RawLib
     folder = get_or_build("raw_lib", key, files, lambda f: _build(spec, arch, key, f))
     sig = json.loads((folder / SIGNATURE_FILE).read_text())
     functions = {
-        name: WrappedFunction(f["target"], f["symbol"], f["ret"], [tuple(p) for p in f["params"]], f["pure"])
+        name: WrappedFunction(f["target"], f["symbol"], f["ret"], [tuple(p) for p in f["params"]], f["pure"],
+                              [tuple(x) for x in f["fields"]], f["words"])
         for name, f in sig["functions"].items()
     }
-    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"])
+    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"], sig["pointees"])

@@ -2,11 +2,20 @@
 
 A call becomes Triton's ``extern_elementwise`` on the function's ABI wrapper: with tensor
 arguments it is applied elementwise and returns a tensor; with scalar and pointer arguments every
-thread of the program runs it once. ``void`` functions return None. Pointers are passed as their
-``int64`` address; a Triton pointer or an ``int64`` value is accepted for a pointer parameter.
-Arguments must have the parameter's type, except conversions C makes without loss (a narrower
-integer to a wider signed one, fp16/bf16 to fp32, fp32 to fp64) and signed/unsigned integers of
-the same width; anything else is a compile error naming the function, parameter and both types.
+thread of the program runs it once. ``fn.extern_func_name`` is found among the library's exported
+functions by :func:`triton_raw_ext.cxx_names.candidates`; a name that matches several (overloads,
+template instances) is an error listing them.
+
+Pointers are passed as their ``int64`` address; a Triton pointer or an ``int64`` value is accepted
+for a pointer parameter. Arguments must have the parameter's type, except conversions C makes
+without loss (a narrower integer to a wider signed one, fp16/bf16 to fp32, fp32 to fp64) and
+signed/unsigned integers of the same width; anything else is a compile error naming the function,
+parameter and both types.
+
+Results: ``void`` gives None; a scalar a tensor of its type; a pointer a Triton pointer to its
+element type where the declaration names one Triton has (``float *`` -> ``*fp32``), else its
+``int64`` address; a struct a tuple with one tensor per scalar field, unpacked from the 64-bit
+words its wrappers return (see :mod:`triton_raw_ext.passes.abi_wrappers`).
 
 A call that may touch memory also declares, for each Triton pointer argument, a load and (unless
 the pointer is ``const``) a store whose mask is all false; Triton's canonicalizer erases them before
@@ -21,6 +30,10 @@ from __future__ import annotations
 import triton.language as tl
 from triton.language import core
 
+from triton_raw_ext.passes.abi_wrappers import SCALAR_BITS, WrappedFunction
+
+from .cu_compiler import RawLibrary
+from .cxx_names import can_demangle, candidates, demangle, describe
 from .errors import RawCompileError
 
 ABI_DTYPES = {
@@ -32,6 +45,7 @@ C_NAMES = {
     "double": "double", "half": "__half", "bfloat": "__nv_bfloat16", "ptr": "pointer",
 }  # fmt: skip
 LIBRARY_NAME = "triton_raw"
+FIELD_INTS = {8: tl.int8, 16: tl.int16, 32: tl.int32, 64: tl.int64}
 
 
 def _arch(_semantic) -> int:
@@ -101,31 +115,70 @@ def _declare_accesses(pointers: list, _semantic) -> None:
             core.store(ptr, zero, mask=nowhere, _semantic=_semantic)
 
 
+def _lookup(fn, lib: RawLibrary) -> tuple[str, WrappedFunction]:
+    """(symbol, wrapper info) of the one exported function ``fn.extern_func_name`` names."""
+    name, source = fn.extern_func_name, fn.spec.source
+    found = candidates(name, [*lib.functions, *lib.unsupported])
+    if len(found) == 1:
+        symbol = found[0]
+        if symbol in lib.unsupported:
+            raise RawCompileError(f"raw function {describe(symbol)} in {source} cannot be called from Triton: "
+                                  f"{lib.unsupported[symbol]}")
+        return symbol, lib.functions[symbol]
+    if found:
+        listing = "\n".join(f"  {describe(s)}" for s in found)
+        example = demangle(found[0]) or found[0]
+        raise RawCompileError(
+            f"{name!r} names {len(found)} functions in {source}:\n{listing}\nPick one with extern_func_name= "
+            f"set to its mangled name (in brackets) or its signature, e.g. extern_func_name={example!r}"
+        )
+    known = ", ".join(describe(s) for s in sorted(lib.functions)) or "none"
+    no_demangler = any(s.startswith("_Z") for s in lib.functions) and not can_demangle()
+    raise RawCompileError(
+        f"function {name!r} not found in {source}; it defines: {known}. Exported functions are __device__ "
+        f"functions with external linkage (not static, not inline, not in an anonymous namespace) and explicit "
+        f"template instantiations; set extern_func_name= to one of them"
+        + (" by its mangled name (no C++ runtime with __cxa_demangle could be loaded to read C++ names)"
+           if no_demangler else "")
+    )
+
+
+def _field(word: core.tensor, abi: str, offset: int, _semantic) -> core.tensor:
+    """The field of ABI type ``abi`` at bit ``offset`` of a struct word (int64); a pointer is its int64 address."""
+    value = _semantic.lshr(word, _semantic.to_tensor(offset)) if offset else word
+    value = _semantic.cast(value, FIELD_INTS[SCALAR_BITS[abi]])
+    dtype = ABI_DTYPES.get(abi, tl.int64)
+    return _semantic.bitcast(value, dtype) if dtype.is_floating() else value
+
+
 def emit_call(fn, args: list, _semantic):
     """Emit the call of RawFunction ``fn`` with ``args``; see the module docstring."""
     lib = fn.library(_arch(_semantic))
+    symbol, info = _lookup(fn, lib)
     name = fn.extern_func_name
-    info = lib.functions.get(name)
-    if info is None:
-        if name in lib.unsupported:
-            raise RawCompileError(f"raw function {name} in {fn.spec.source} cannot be called from Triton: "
-                                  f"{lib.unsupported[name]}")
-        known = ", ".join(sorted(lib.functions)) or "none"
-        raise RawCompileError(
-            f"function {name!r} not found in {fn.spec.source}; it defines: {known}. Exported functions "
-            f'must be extern "C" __device__ (or set extern_func_name=)'
-        )
     if len(args) != len(info.params):
         expected = ", ".join(f"{C_NAMES[t]} {p}" for p, t in info.params)
         raise RawCompileError(f"raw function {name}({expected}) takes {len(info.params)} arguments, got {len(args)}")
     converted = [_convert(name, p, abi, a, _semantic) for (p, abi), a in zip(info.params, args, strict=True)]
     if not info.pure:
         _declare_accesses([a for (_, abi), a in zip(info.params, args, strict=True) if abi == "ptr"], _semantic)
-    ret_dtype = tl.int32 if info.ret == "void" else ABI_DTYPES[info.ret]
     key = tuple(t.dtype for t in converted)
-    result = core.extern_elementwise(LIBRARY_NAME, str(lib.path), converted, {key: (info.symbol, ret_dtype)},
-                                     is_pure=info.pure, _semantic=_semantic)
-    return None if info.ret == "void" else result
+
+    def extern(wrapper: str, dtype: tl.dtype) -> core.tensor:
+        return core.extern_elementwise(LIBRARY_NAME, str(lib.path), converted, {key: (wrapper, dtype)},
+                                       is_pure=info.pure, _semantic=_semantic)
+
+    if info.ret == "struct":
+        words = [extern(wrapper, tl.int64) for wrapper in info.words]
+        return tuple(_field(words[w], abi, offset, _semantic) for abi, w, offset in info.fields)
+    if info.ret == "void":
+        extern(info.symbol, tl.int32)
+        return None
+    if info.ret == "ptr":
+        address = extern(info.symbol, tl.int64)
+        pointee = lib.pointees.get(symbol)
+        return address if pointee is None else _semantic.cast(address, tl.pointer_type(getattr(tl, pointee)))
+    return extern(info.symbol, ABI_DTYPES[info.ret])
 
 
 @core.builtin

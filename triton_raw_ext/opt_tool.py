@@ -171,7 +171,7 @@ def _run_module_pass(name: str, mod: llvm.ModuleRef, opts: Options) -> None:
     if name == "abi-wrappers":
         report = PASSES[name](mod, opts.functions)
         for w in report.wrapped:
-            _note(name, f"wrapped {w.target} as {w.symbol}")
+            _note(name, f"wrapped {w.target} as {', '.join(w.words or [w.symbol])}")
         for fn, reason in report.unsupported.items():
             _note(name, f"cannot wrap {fn}: {reason}")
     elif name == "unique-symbols":

@@ -13,7 +13,7 @@ _PACKAGE = Path(__file__).parent
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 over the plugin and Triton versions, the passes, the compile code and the headers.
+    """sha256 over the plugin and Triton versions, the passes, the compile and call code, the headers.
 
     Part of every cache key, so that changing the plugin (or the Triton it prepares IR for)
     invalidates its cached artifacts and the Triton kernels built from them.
@@ -23,7 +23,8 @@ def code_digest() -> str:
     from triton_raw_ext import passes
 
     files = sorted(Path(passes.__file__).parent.glob("*.py"))
-    files += [_PACKAGE / "cu_compiler.py", _PACKAGE / "nvshmem_link.py"]
+    files += [_PACKAGE / name for name in ("cu_compiler.py", "debug_types.py", "nvshmem_link.py", "cxx_names.py",
+                                          "language.py")]
     files += sorted((_PACKAGE / "include").rglob("*.h"))
     h = hashlib.sha256(f"{__version__} triton {triton.__version__}".encode())
     for path in files:

@@ -1,4 +1,4 @@
-; abi-wrappers: every exported C function gets @<name>__triton with Triton's ABI types.
+; abi-wrappers: every exported function gets @<name>__triton with Triton's ABI types.
 ; RUN: triton-raw-opt %s --passes=abi-wrappers 2>/dev/null | FileCheck %s
 ; RUN: triton-raw-opt %s --passes=abi-wrappers 2>&1 >/dev/null | FileCheck %s --check-prefix=REPORT
 
@@ -6,6 +6,7 @@ target datalayout = "e-p3:32:32-p4:32:32-p5:32:32-p6:32:32-p7:32:32-i64:64-i128:
 target triple = "nvptx64-nvidia-cuda"
 
 %struct.__half = type { i16 }
+%struct.__nv_bfloat16.12 = type { i16 }
 
 define float @add_one(float %x) #0 {
   %r = fadd float %x, 1.0
@@ -24,6 +25,14 @@ define %struct.__half @hneg(ptr byval(%struct.__half) align 2 %x) #2 {
   %n = xor i16 %b, -32768
   %r = insertvalue %struct.__half poison, i16 %n, 0
   ret %struct.__half %r
+}
+
+; LLVM adds .<n> to a struct name its context already holds (a process that parsed another source).
+define %struct.__nv_bfloat16.12 @bfneg(ptr byval(%struct.__nv_bfloat16.12) align 2 %x) #2 {
+  %b = load i16, ptr %x
+  %n = xor i16 %b, -32768
+  %r = insertvalue %struct.__nv_bfloat16.12 poison, i16 %n, 0
+  ret %struct.__nv_bfloat16.12 %r
 }
 
 define i32 @slow(i32 %x) #3 {
@@ -78,11 +87,18 @@ attributes #3 = { noinline nounwind }
 ; CHECK:         %r.val = bitcast i16 %r.bits to half
 ; CHECK-NEXT:    ret half %r.val
 
+; The same for __nv_bfloat16 under a renamed struct type.
+; CHECK-LABEL: define bfloat @bfneg__triton(bfloat %p0)
+; CHECK:         %a0.bits = bitcast bfloat %p0 to i16
+; CHECK:         %r.val = bitcast i16 %r.bits to bfloat
+
 ; noinline in the source is respected on the function; its wrapper is still alwaysinline.
 ; CHECK-LABEL: define i32 @slow__triton(i32 %p0)
 
-; C++ names and unsupported types get no wrapper.
-; CHECK-NOT:   @_Z6helperi__triton
+; C++ functions are exported under their mangled names.
+; CHECK-LABEL: define i32 @_Z6helperi__triton(i32 %p0)
+
+; Unsupported types get no wrapper.
 ; CHECK-NOT:   @pair__triton
 ; CHECK-NOT:   @first__triton
 
@@ -95,6 +111,7 @@ attributes #3 = { noinline nounwind }
 ; REPORT-DAG: abi-wrappers: wrapped add_one as add_one__triton
 ; REPORT-DAG: abi-wrappers: wrapped store as store__triton
 ; REPORT-DAG: abi-wrappers: wrapped hneg as hneg__triton
+; REPORT-DAG: abi-wrappers: wrapped bfneg as bfneg__triton
+; REPORT-DAG: abi-wrappers: wrapped _Z6helperi as _Z6helperi__triton
 ; REPORT-DAG: abi-wrappers: cannot wrap pair: it returns IR type <2 x float>, which Triton cannot receive
 ; REPORT-DAG: abi-wrappers: cannot wrap first: parameter 0 has IR type <2 x float>, which Triton cannot pass
-; REPORT-NOT: _Z6helperi

@@ -1,0 +1,92 @@
+"""The element type a pointer result points to, read from clang's debug info.
+
+The IR of ``float *row(float *base, int i)`` returns ``ptr``: the pointee is gone. The declaration
+keeps it, and clang's debug info carries the declaration's types for every function, C and C++
+alike, with typedefs and qualifiers as nodes that can be followed to the base type. The raw library
+is therefore compiled once more with debug info (only when an exported function returns a
+pointer), and each function's ``DISubprogram`` (found by its linkage name) gives its return type:
+through typedefs and ``const``/``volatile``, a pointer or reference, then through typedefs and
+qualifiers again to a base type. A base type Triton has an element type for (the integer and
+floating types, ``bool``, ``__half``, ``__nv_bfloat16``) names it; ``void``, structs, pointers and
+anything else name nothing, and the result stays an ``int64`` address.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_NODE = re.compile(r"^!(\d+) = (?:distinct )?!(\w*)[({](.*)[)}]$", re.MULTILINE)
+_QUALIFIERS = ("DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
+               "DW_TAG_atomic_type")  # fmt: skip
+_POINTERS = ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
+_BASE_TYPES = {
+    ("DW_ATE_float", 16): "float16", ("DW_ATE_float", 32): "float32", ("DW_ATE_float", 64): "float64",
+    ("DW_ATE_boolean", 8): "int1", ("DW_ATE_signed_char", 8): "int8", ("DW_ATE_unsigned_char", 8): "uint8",
+    **{("DW_ATE_signed", n): f"int{n}" for n in (8, 16, 32, 64)},
+    **{("DW_ATE_unsigned", n): f"uint{n}" for n in (8, 16, 32, 64)},
+}  # fmt: skip
+_STRUCTS = {"__half": "float16", "__nv_bfloat16": "bfloat16"}
+
+
+def _field(body: str, key: str) -> str | None:
+    m = re.search(rf'(?:^|[ ,(]){key}: ("[^"]*"|[^,]+)', body)
+    return m.group(1).strip('"') if m else None
+
+
+class _Nodes:
+    """The metadata nodes of a module's text: ``!12 = !DIBasicType(...)`` as 12 -> (kind, body)."""
+
+    def __init__(self, ir_text: str) -> None:
+        self.nodes = {m.group(1): (m.group(2), m.group(3)) for m in _NODE.finditer(ir_text)}
+
+    def get(self, ref: str | None) -> tuple[str, str] | None:
+        return self.nodes.get(ref.lstrip("!")) if ref and ref.startswith("!") else None
+
+    def strip(self, ref: str | None, tags: tuple[str, ...]) -> tuple[str, str] | None:
+        """The node ``ref`` names, following ``baseType`` through the derived types with ``tags``."""
+        node = self.get(ref)
+        while node and node[0] == "DIDerivedType" and _field(node[1], "tag") in tags:
+            node = self.get(_field(node[1], "baseType"))
+        return node
+
+    def return_type(self, subprogram: str) -> str | None:
+        """The reference to a subprogram's return type (None for ``void``)."""
+        routine = self.get(_field(subprogram, "type"))
+        types = self.get(_field(routine[1], "types")) if routine else None
+        first = types[1].split(",")[0].strip() if types else ""
+        return first if first.startswith("!") else None
+
+
+def _element_type(nodes: _Nodes, subprogram: str) -> str | None:
+    pointer = nodes.strip(nodes.return_type(subprogram), _QUALIFIERS)
+    if not pointer or pointer[0] != "DIDerivedType" or _field(pointer[1], "tag") not in _POINTERS:
+        return None
+    base = nodes.strip(_field(pointer[1], "baseType"), _QUALIFIERS)
+    if base is None:
+        return None
+    kind, body = base
+    if kind == "DIBasicType":
+        size = _field(body, "size")
+        return _BASE_TYPES.get((_field(body, "encoding") or "", int(size) if size else 0))
+    if kind == "DICompositeType":
+        return _STRUCTS.get(_field(body, "name") or "")
+    return None
+
+
+def pointee_types(ir_text: str, symbols: Iterable[str]) -> dict[str, str]:
+    """Map each of ``symbols`` whose pointer result has a Triton element type to that type's name
+    in ``triton.language`` (``"float32"``, ``"uint8"`` ...), reading ``ir_text``, a module compiled
+    with full debug info. Symbols without one (or without debug info) are left out."""
+    wanted = set(symbols)
+    nodes = _Nodes(ir_text)
+    found: dict[str, str] = {}
+    for kind, body in nodes.nodes.values():
+        if kind != "DISubprogram" or "DISPFlagDefinition" not in body:
+            continue
+        symbol = _field(body, "linkageName") or _field(body, "name")
+        if symbol in wanted:
+            element = _element_type(nodes, body)
+            if element is not None:
+                found[symbol] = element
+    return found
