@@ -26,7 +26,7 @@ for v in "${versions[@]}"; do
   "$venv/bin/python" -m pip install -q --no-deps -e .
   if ! (export PATH="$PWD/$venv/bin:$PATH"
         python -c 'import sys; from lit.main import main; sys.argv[0] = "lit"; main()' -q lit_tests &&
-        python -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-}); then
+        python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-auto}" ${PYTEST_ARGS:-}); then
     failed+=("$v")
   fi
 done
