@@ -36,11 +36,20 @@ _RAW_LIBPATH = re.compile(rf'libname = "{LIBRARY_NAME}", libpath = "([^"]+)"')
 _HOOK_MARK = "_triton_raw_ext_hook"
 
 
+def _mlir_string(text: str) -> str:
+    """The value of an MLIR string literal's body: ``\\XX`` escapes (non-ASCII bytes, ``"``, ``\\``)
+    decoded as UTF-8, so a cache folder under ``/home/jöe`` is found again."""
+    def byte(m: re.Match[bytes]) -> bytes:
+        return b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1), 16)])
+
+    return re.sub(rb"\\(\\|[0-9A-Fa-f]{2})", byte, text.encode()).decode()
+
+
 def raw_libraries(ttgir: str) -> dict[str, str]:
     """``extern_libs`` entries (name -> path) for the raw libraries that TTGIR text calls into, each
     followed by the user libraries (``libs=``) its ``signature.json`` lists."""
     paths: list[str] = []
-    for raw in sorted(set(_RAW_LIBPATH.findall(ttgir))):
+    for raw in sorted({_mlir_string(path) for path in _RAW_LIBPATH.findall(ttgir)}):
         folder = Path(raw).parent
         user = json.loads((folder / SIGNATURE_FILE).read_text()).get("libs", [])
         paths += [raw, *(str(folder / name) for name in user if str(folder / name) not in paths)]

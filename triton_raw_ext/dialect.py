@@ -22,7 +22,7 @@ import base64
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from triton.runtime.jit import JITCallable
@@ -141,10 +141,49 @@ class RawFunction:
         return emit_call(self, list(args), _semantic)
 
 
-def _as_tuple(value: str | Iterable[str] | None) -> tuple[str, ...]:
+# clang flags the plugin sets itself: a user's copy would change what is produced or for which GPU.
+_OWN_FLAGS = {
+    "-E": "preprocesses only", "-S": "writes assembly", "-c": "is already set", "-o": "names the output",
+    "-x": "sets the language (cuda)", "-emit-llvm": "is already set", "--cuda-gpu-arch": "is set per kernel target",
+    "--offload-arch": "is set per kernel target", "--cuda-host-only": "compiles host code",
+    "--cuda-device-only": "is already set", "-fsyntax-only": "produces nothing", "-M": "writes dependencies",
+}  # fmt: skip
+
+
+def _as_tuple(value: str | Iterable[str] | None, argument: str) -> tuple[str, ...]:
+    """``value`` as a tuple of strings; anything but strings is an error naming ``argument``."""
     if value is None:
         return ()
-    return (value,) if isinstance(value, str) else tuple(value)
+    items = (value,) if isinstance(value, (str, Path)) else tuple(value)
+    bad = [item for item in items if not isinstance(item, (str, Path))]
+    if bad:
+        raise RawCompileError(f"@dialect {argument}= takes strings; got {bad[0]!r} ({type(bad[0]).__name__})")
+    return tuple(str(item) for item in items)
+
+
+def _defines(value: Mapping[str, object] | Iterable[str] | None) -> tuple[str, ...]:
+    """``-D`` macros: ``["TILE=128", "FAST"]`` or ``{"TILE": 128, "FAST": None}`` (values become text)."""
+    if isinstance(value, Mapping):
+        for name, setting in value.items():
+            if not isinstance(setting, (str, int, float, type(None))) or isinstance(setting, bool):
+                raise RawCompileError(f"@dialect defines={{{name!r}: {setting!r}}}: a macro value must be a string "
+                                      f"or a number (or None for a bare -D{name})")
+        return tuple(name if setting is None else f"{name}={setting}" for name, setting in value.items())
+    return _as_tuple(value, "defines")
+
+
+def _clang_flags(value: Iterable[str] | None) -> tuple[str, ...]:
+    flags = _as_tuple(value, "clang_flags")
+    for flag in flags:
+        if " " in flag.strip() and flag.strip().startswith("-"):
+            raise RawCompileError(f"@dialect clang_flags=[{flag!r}]: one flag per list item "
+                                  f"(clang_flags={flag.split()!r})")
+        own = next((f for f in _OWN_FLAGS if flag == f or flag.startswith(f + "=")
+                    or (f.startswith("--") and flag.startswith(f))), None)
+        if own is not None:
+            raise RawCompileError(f"@dialect clang_flags: {flag!r} is not allowed: the plugin's clang command "
+                                  f"{_OWN_FLAGS[own]}; remove it")
+    return flags
 
 
 def dialect(
@@ -154,7 +193,7 @@ def dialect(
     extern_func_name: str | None = None,
     clang_flags: Iterable[str] | None = None,
     include_dirs: Iterable[str] | None = None,
-    defines: Iterable[str] | None = None,
+    defines: Mapping[str, object] | Iterable[str] | None = None,
     libs: Iterable[str] | None = None,
 ) -> Callable[[Callable], RawFunction]:
     """Register the decorated Python stub as the raw function ``extern_func_name`` of ``file``.
@@ -164,8 +203,9 @@ def dialect(
     kernel then links NVSHMEM's device bitcode. ``libs`` (paths resolved like ``file``) are the
     user's NVPTX device libraries (``.bc`` or ``.ll``) the source calls into: each kernel links only
     the functions it still needs from them, before Triton's optimizer, so they inline like the
-    raw code. Errors in the arguments raise
-    :class:`RawCompileError` at decoration time; compile errors at the kernel's first compile.
+    raw code. ``defines`` is a list of ``NAME`` / ``NAME=VALUE`` strings or a mapping of names to
+    values (numbers become their text). Errors in the arguments raise :class:`RawCompileError` at
+    decoration time; compile errors at the kernel's first compile.
     """
     if name not in SUPPORTED_DIALECTS:
         raise RawCompileError(f"unknown dialect {name!r}; supported: {', '.join(SUPPORTED_DIALECTS)}")
@@ -175,17 +215,24 @@ def dialect(
         )
     if not file:
         raise RawCompileError('@dialect needs file="<name>.cu", the CUDA source that defines the function')
+    if not isinstance(file, (str, Path)):
+        raise RawCompileError(f'@dialect file= takes the path of the .cu source as a string (file="<name>.cu"); '
+                              f"got {file!r} ({type(file).__name__})")
+    flags, define_flags = _clang_flags(clang_flags), _defines(defines)
 
     def register(stub: Callable) -> RawFunction:
         here = Path(inspect.getsourcefile(stub) or stub.__code__.co_filename).resolve().parent
         source = (here / file).resolve()
+        if source.is_dir():
+            raise RawCompileError(f"@dialect on {stub.__qualname__}: file {file!r} is a folder ({source}); "
+                                  f"name the .cu source inside it")
         if not source.is_file():
             raise RawCompileError(
                 f"@dialect on {stub.__qualname__}: file {file!r} not found (looked for {source}); "
                 f"the path is relative to the folder of the Python file that defines {stub.__qualname__}"
             )
-        dirs = tuple((here / d).resolve() for d in _as_tuple(include_dirs))
-        user_libs = tuple((here / lib).resolve() for lib in _as_tuple(libs))
+        dirs = tuple((here / d).resolve() for d in _as_tuple(include_dirs, "include_dirs"))
+        user_libs = tuple((here / lib).resolve() for lib in _as_tuple(libs, "libs"))
         for lib in user_libs:
             if not lib.is_file() or lib.suffix not in (".bc", ".ll"):
                 raise RawCompileError(
@@ -193,7 +240,7 @@ def dialect(
                     f"device bitcode (clang -x cuda --cuda-device-only -emit-llvm -c), relative to the folder of "
                     f"the Python file that defines {stub.__qualname__}"
                 )
-        spec = CompileSpec(source, _as_tuple(clang_flags), dirs, _as_tuple(defines), library, user_libs)
+        spec = CompileSpec(source, flags, dirs, define_flags, library, user_libs)
         return RawFunction(extern_func_name or stub.__name__, spec, stub.__name__)
 
     return register

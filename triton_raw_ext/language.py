@@ -78,6 +78,11 @@ def _convert(fn_name: str, param: str, abi: str, value, _semantic) -> core.tenso
             if not isinstance(raw, int):
                 raise RawCompileError(f"{where} got the float {raw!r}")
             dtype = tl.int64 if abi == "ptr" else ABI_DTYPES[abi]
+            bits = dtype.primitive_bitwidth  # the IR type has no sign: either reading must hold the value
+            low, high = (0, 1) if bits == 1 else (-(2 ** (bits - 1)), 2**bits - 1)
+            if not low <= raw <= high:
+                raise RawCompileError(f"{where} got {raw}, which does not fit in {bits} bits ({low}..{high}); "
+                                      f"pass a value in range or widen the parameter in the .cu")
         else:
             dtype = ABI_DTYPES[abi]
         return _semantic.to_tensor(core.constexpr(raw)).to(dtype, _semantic=_semantic)

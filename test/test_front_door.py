@@ -1,0 +1,130 @@
+"""The compiler front door: inputs that once gave wrong code, a crash or an unclear message.
+
+Each case either works (asserted on the compiled kernel) or raises one ``RawCompileError`` whose
+message names the cause and the fix (asserted on the text a user sees).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton
+import triton.language as tl
+from conftest import aot, aot_error
+
+from triton_raw_ext import RawCompileError, dialect
+
+FRONT = "front-door-device.cu"
+
+
+def _stub_in(folder: Path):
+    """A Python stub whose defining file is in ``folder`` (paths in @dialect resolve against it)."""
+    namespace: dict = {}
+    exec(compile("def f(x): ...\n", str(folder / "stub.py"), "exec"), namespace)
+    return namespace["f"]
+
+
+# ---- where the cache lives ------------------------------------------------------------------------
+
+
+def test_cache_folder_with_non_ascii_quote_and_backslash(tmp_path):
+    """A home folder like /home/jöe (the default cache lives there) compiles: Triton prints the
+    library path escaped in its IR, and the plugin reads it back unescaped."""
+    root = tmp_path / 'hömé "q" \\ b'
+    script = (
+        "from conftest import aot\nfrom kernels import raw_kernels as k\n"
+        "c = aot(k.elementwise_kernel, {'x_ptr': '*fp32', 'y_ptr': '*fp32', 'n': 'i32', 'BLOCK': 'constexpr'},"
+        " {'BLOCK': 256})\nassert c.asm['cubin'][:4] == b'\\x7fELF'\nprint('ok')\n"
+    )
+    env = {**os.environ, "TRITON_RAW_CACHE_DIR": str(root / "raw"), "TRITON_CACHE_DIR": str(root / "triton")}
+    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+# ---- @dialect arguments ---------------------------------------------------------------------------
+
+
+def test_numeric_define_value_is_its_text():
+    @dialect(name="cuda", file=f"kernels/{FRONT}", defines={"TILE": 128})
+    def tile(): ...
+
+    @triton.jit
+    def kernel(y_ptr):
+        tl.store(y_ptr, tile())
+
+    assert tile.spec.defines == ("TILE=128",)
+    assert "128" in aot(kernel, {"y_ptr": "*i32"}).asm["ptx"]
+
+
+@pytest.mark.parametrize("defines, message", [
+    ({"TILE": True}, r"defines=\{'TILE': True\}: a macro value must be a string or a number"),
+    ([128], r"defines= takes strings; got 128 \(int\)"),
+])  # fmt: skip
+def test_bad_define(defines, message):
+    with pytest.raises(RawCompileError, match=message):
+        dialect(name="cuda", file=f"kernels/{FRONT}", defines=defines)
+
+
+def test_file_must_be_a_path_string():
+    with pytest.raises(RawCompileError, match=r'file= takes the path of the \.cu source as a string .*got 123 \(int\)'):
+        dialect(name="cuda", file=123)
+
+
+def test_file_that_is_a_folder(tmp_path):
+    (tmp_path / "src").mkdir()
+    with pytest.raises(RawCompileError, match=r"file 'src' is a folder .*; name the \.cu source inside it"):
+        dialect(name="cuda", file="src")(_stub_in(tmp_path))
+
+
+@pytest.mark.parametrize("flag, why", [
+    ("-E", "preprocesses only"),
+    ("--cuda-gpu-arch=sm_80", "is set per kernel target"),
+    ("-o", "names the output"),
+])  # fmt: skip
+def test_clang_flags_the_plugin_sets_itself(flag, why):
+    with pytest.raises(RawCompileError, match=f"{flag!r} is not allowed: the plugin's clang command {why}; remove it"):
+        dialect(name="cuda", file=f"kernels/{FRONT}", clang_flags=[flag])
+
+
+def test_clang_flags_given_as_one_string():
+    with pytest.raises(RawCompileError, match=r"one flag per list item \(clang_flags=\['-O3', '-ffast-math'\]\)"):
+        dialect(name="cuda", file=f"kernels/{FRONT}", clang_flags=["-O3 -ffast-math"])
+
+
+# ---- call arguments -------------------------------------------------------------------------------
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def plus_int(x, y): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def plus_short(x, y): ...
+
+
+@triton.jit
+def _int_too_wide(y_ptr):
+    tl.store(y_ptr, plus_int(1, 2**40 + 5))
+
+
+@triton.jit
+def _short_too_wide(y_ptr):
+    tl.store(y_ptr, plus_short(1, 70000).to(tl.int32))
+
+
+@triton.jit
+def _unsigned_int_fits(y_ptr):
+    tl.store(y_ptr, plus_int(1, 4_000_000_000))
+
+
+def test_python_int_that_does_not_fit_the_parameter():
+    message = aot_error(_int_too_wide, {"y_ptr": "*i32"})
+    assert "parameter 'y' (int) got 1099511627781, which does not fit in 32 bits" in message
+    message = aot_error(_short_too_wide, {"y_ptr": "*i32"})
+    assert "parameter 'y' (short) got 70000, which does not fit in 16 bits (-32768..65535)" in message
+    assert aot(_unsigned_int_fits, {"y_ptr": "*i32"}).asm["cubin"][:4] == b"\x7fELF"  # an unsigned int's range
