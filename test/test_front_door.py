@@ -128,3 +128,69 @@ def test_python_int_that_does_not_fit_the_parameter():
     message = aot_error(_short_too_wide, {"y_ptr": "*i32"})
     assert "parameter 'y' (short) got 70000, which does not fit in 16 bits (-32768..65535)" in message
     assert aot(_unsigned_int_fits, {"y_ptr": "*i32"}).asm["cubin"][:4] == b"\x7fELF"  # an unsigned int's range
+
+
+# ---- the kernel cache -----------------------------------------------------------------------------
+
+EDIT_IN_ONE_PROCESS = """
+import sys
+import torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+
+
+class Sm90:  # what JIT compiles ask the driver; warmup() compiles without launching
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+driver.set_active(Sm90())
+sys.path.insert(0, ".")
+import plus_kernels
+
+x, y = torch.zeros(64), torch.zeros(64)
+ptx = [plus_kernels.plus_kernel.warmup(x, y, BLOCK=64, grid=(1,)).asm["ptx"]]
+open("plus-device.cu", "w").write('extern "C" __device__ float plus(float x) { return x + 2.0f; }\\n')
+ptx.append(plus_kernels.plus_kernel.warmup(x, y, BLOCK=64, grid=(1,)).asm["ptx"])
+ptx.append(plus_kernels.plus_kernel.warmup(x, y, BLOCK=32, grid=(1,)).asm["ptx"])  # a new specialisation
+print(" ".join(str(("0f3F800000" in p, "0f40000000" in p)) for p in ptx))
+"""
+PLUS_KERNELS = """
+import triton
+import triton.language as tl
+from triton_raw_ext import dialect
+
+
+@dialect(name="cuda", file="plus-device.cu")
+def plus(x): ...
+
+
+@triton.jit
+def plus_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, plus(tl.load(x_ptr + offs)))
+"""
+
+
+def test_cu_edit_in_one_process_reaches_the_next_compile(tmp_path):
+    """A notebook edits the .cu between two launches of one kernel: the second launch compiles the
+    new code (adding 2, not 1), also for a new specialisation, and the disk cache keeps both apart."""
+    (tmp_path / "plus-device.cu").write_text('extern "C" __device__ float plus(float x) { return x + 1.0f; }\n')
+    (tmp_path / "plus_kernels.py").write_text(PLUS_KERNELS)
+    (tmp_path / "run.py").write_text(EDIT_IN_ONE_PROCESS)
+    env = {**os.environ, "TRITON_RAW_CACHE_DIR": str(tmp_path / "raw"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "(True, False) (False, True) (False, True)"
+    # A later process with the old text gets the old code back from the disk cache, not the new one.
+    (tmp_path / "plus-device.cu").write_text('extern "C" __device__ float plus(float x) { return x + 1.0f; }\n')
+    out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.split("\n")[-2] == "(True, False) (False, True) (False, True)"

@@ -78,7 +78,7 @@ def _add_stages(backend, stages: dict, options, language, capability: int) -> No
 
 
 def install() -> None:
-    """Install the stage hook and the module-load hook; safe to call more than once."""
+    """Install the stage hook, the module-load hook and the `.cu` edit watch; safe to call more than once."""
     previous = knobs.runtime.add_stages_inspection_hook
     if getattr(previous, _HOOK_MARK, False):
         return
@@ -86,5 +86,7 @@ def install() -> None:
     setattr(hook, _HOOK_MARK, True)
     knobs.runtime.add_stages_inspection_hook = hook
     from .module_init import init_nvshmem_module
+    from .source_watch import install as install_source_watch
 
     knobs.runtime.kernel_load_end_hook.add(init_nvshmem_module)
+    install_source_watch()

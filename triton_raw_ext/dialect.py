@@ -30,6 +30,7 @@ from triton.runtime.jit import JITCallable
 from .cache import digest
 from .cu_compiler import CompileSpec, RawLibrary, compile_raw_library
 from .errors import RawCompileError
+from .source_watch import Stamp, stamp
 from .toolchain import find_clang, find_cuda_headers
 from .version import code_digest
 
@@ -78,6 +79,7 @@ class RawFunction:
         self.extern_func_name = name
         self.spec = spec
         self.__qualname__ = python_name
+        self.source_stamps: dict[Path, Stamp | None] = {}  # the files the last cache_key read (source_watch)
 
     @property
     def __name__(self) -> str:
@@ -112,9 +114,11 @@ class RawFunction:
             raise RawCompileError(f"raw function {self.extern_func_name}: {self.spec.source} no longer exists")
         files: set[Path] = set()
         _local_includes(self.spec.source, self.spec.include_dirs, files)
+        read = sorted(files) + list(self.spec.libs)
+        self.source_stamps = {path: stamp(path) for path in read}  # before reading: a later write shows
         parts: list[str | bytes] = [code_digest(), find_clang().identity, str(find_cuda_headers())]
         parts += [repr((self.spec.clang_flags, [str(d) for d in self.spec.include_dirs], self.spec.defines))]
-        for path in sorted(files) + list(self.spec.libs):
+        for path in read:
             parts += [str(path), path.read_bytes()]
         if self.spec.library == "nvshmem":
             from .nvshmem_install import find_nvshmem, identity
