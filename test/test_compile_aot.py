@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import triton
 from conftest import aot, assert_raw_inlined, requires_nvshmem
 from kernels import raw_kernels as k
 
@@ -37,6 +38,20 @@ def test_pointer_function_with_syncthreads():
     ptx = c.asm["ptx"]
     assert re.search(r"\bbar\.sync|\bbarrier\.sync", ptx), "__syncthreads() must reach the PTX"
     assert ".shared" in ptx, "the raw function's __shared__ tile must be in shared memory"
+
+
+@triton.jit
+def _fill_at_kernel(address):
+    k.fill_iota(address, 128, 1.0)
+
+
+def test_generic_address_to_a_shared_space_pointer():
+    """An int64 is a generic address: the wrapper of fill_iota(__attribute__((address_space(3))) float *)
+    converts it into the shared window (cvta.to.shared), and the raw stores are st.shared."""
+    c = aot(_fill_at_kernel, {"address": "i64"})
+    assert_raw_inlined(c)
+    ptx = c.asm["ptx"]
+    assert "cvta.to.shared.u64" in ptx and re.search(r"\bst\.shared\.(b|f|u)32\b", ptx)
 
 
 def test_two_sources_defining_the_same_helper():

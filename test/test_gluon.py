@@ -12,6 +12,7 @@ import pytest
 import triton
 from conftest import aot, aot_error, assert_raw_inlined, requires_gpu
 from kernels import gluon_kernels as g
+from kernels.raw_kernels import fill_iota
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -99,13 +100,13 @@ def test_shared_memory_before_triton_3_9_is_refused():
 @gluon.jit
 def _swizzled_kernel(N: gl.constexpr):
     smem = gl.allocate_shared_memory(gl.float32, [N, N], gl.SwizzledSharedLayout(4, 1, 8, [1, 0]))
-    g.fill_iota(smem, N * N, 1.0)
+    fill_iota(smem, N * N, 1.0)
 
 
 @gluon.jit
 def _column_major_kernel(N: gl.constexpr):
     smem = gl.allocate_shared_memory(gl.float32, [N, N], gl.SwizzledSharedLayout(1, 1, 1, [0, 1]))
-    g.fill_iota(smem, N * N, 1.0)
+    fill_iota(smem, N * N, 1.0)
 
 
 @requires_shared_address
@@ -119,7 +120,7 @@ def test_shared_memory_that_is_not_row_major_is_refused(kernel):
 @gluon.jit
 def _shared_for_an_int_kernel(N: gl.constexpr):
     smem = gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    g.fill_iota(0, smem, 1.0)
+    fill_iota(0, smem, 1.0)
 
 
 def test_shared_memory_for_a_non_pointer_parameter_is_refused():

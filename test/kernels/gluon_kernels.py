@@ -7,20 +7,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import triton_raw_ext.language as raw
-from triton_raw_ext import dialect
 
 from .cxx_kernels import divmod
-from .raw_kernels import add_one, rotate_block
-
-SHARED = "shared-device.cu"
-
-
-@dialect(name="cuda", file=SHARED)
-def fill_iota(buf, n, scale): ...
-
-
-@dialect(name="cuda", file=SHARED)
-def block_sum(buf, n): ...
+from .raw_kernels import add_one, block_sum, fill_iota, rotate_block
 
 
 @gluon.jit
