@@ -53,8 +53,9 @@ def test_elementwise_call_on_a_blocked_layout(kernel):
 
 
 def test_struct_result_keeps_the_layout():
-    llir = _compile(g.divmod_kernel).asm["llir"]
-    assert len(re.findall(r"= sdiv i32", llir)) == 1, "divmod must run once per element (one per thread here)"
+    c = _compile(g.divmod_kernel)
+    assert re.search(r"tt\.extern_elementwise .*-> tensor<128xi64, #blocked>", c.asm["ttgir"]), "one word, blocked"
+    assert len(re.findall(r"= sdiv i32", c.asm["llir"])) == 1, "divmod must run once per element (one per thread here)"
 
 
 def test_scalar_and_pointer_calls():
