@@ -12,11 +12,16 @@ Contract:
   gets its attributes inferred as clang does for other functions, so that its memory effects are
   known. ``functions`` replaces the rule with a list of names.
 * For every exported ``@f`` the pass adds ``@f__triton`` with the types Triton's
-  ``extern_elementwise`` passes: scalars as they are, pointers as ``i64`` (``inttoptr`` into the
-  parameter's address space), the ``__half``/``__nv_bfloat16`` structs clang passes ``byval`` or
-  directly as ``half``/``bfloat``.
+  ``extern_elementwise`` passes: scalars as they are, pointers as ``i64``, the
+  ``__half``/``__nv_bfloat16`` structs clang passes ``byval`` or directly as ``half``/``bfloat``.
+* An address crosses as the generic address, as CUDA's ``(uintptr_t)p`` gives it: ``inttoptr`` for
+  generic and global (``addrspace(1)``) pointers, whose generic address is the global one (Triton's
+  pointers are global), ``addrspacecast`` through a generic pointer for the other spaces (shared
+  ``addrspace(3)``, constant, local), whose pointers are offsets in a window of their own.
 * Results: ``void`` becomes a dummy ``i32 0``; a scalar crosses as it is; a pointer as its ``i64``
-  address (``ptrtoint``; its pointee is not in the IR and is not this pass's business). A struct,
+  address (its pointee is not in the IR and is not this pass's business), recorded as ``"ptr"``
+  when it is generic or global and as ``"i64"`` otherwise, so that it never becomes a Triton
+  (global) pointer. A struct,
   returned directly or through an ``sret`` parameter, crosses as its scalar fields, flattened in
   declaration order (nested structs and arrays included; ``__half`` and ``__nv_bfloat16`` are
   scalars, pointers are ``i64``), packed low bits first into 64-bit words, a field never straddling
@@ -47,6 +52,7 @@ WORD_BITS = 64
 SCALAR_BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "float": 32, "double": 64, "half": 16,
                "bfloat": 16, "ptr": 64}  # fmt: skip
 SCALAR_TYPES = tuple(t for t in SCALAR_BITS if t != "ptr")
+GENERIC_OR_GLOBAL = ("ptr", "ptr addrspace(1)")
 STRUCT_SCALARS = {"struct.__half": "half", "struct.__nv_bfloat16": "bfloat"}
 EXPORTED_LINKAGES = (llvm.Linkage.external, llvm.Linkage.weak_odr)
 _MEMORY = re.compile(r"\bmemory\(([^)]*)\)")
@@ -94,6 +100,20 @@ def _is_pointer(ty: str) -> bool:
     return ty == "ptr" or ty.startswith("ptr addrspace(")
 
 
+def _from_address(address: str, value: str, ty: str) -> list[str]:
+    """IR lines making ``value``, of pointer type ``ty``, from the generic ``i64`` ``address``."""
+    if ty in GENERIC_OR_GLOBAL:
+        return [f"  {value} = inttoptr i64 {address} to {ty}"]
+    return [f"  {value}.gen = inttoptr i64 {address} to ptr", f"  {value} = addrspacecast ptr {value}.gen to {ty}"]
+
+
+def _to_address(value: str, ty: str, address: str) -> list[str]:
+    """IR lines making ``address``, the generic ``i64`` address of ``value``, of pointer type ``ty``."""
+    if ty in GENERIC_OR_GLOBAL:
+        return [f"  {address} = ptrtoint {ty} {value} to i64"]
+    return [f"  {value}.gen = addrspacecast {ty} {value} to ptr", f"  {address} = ptrtoint ptr {value}.gen to i64"]
+
+
 def _abi_param(arg: llvm.ValueRef, index: int) -> tuple[str, list[str], str]:
     """(ABI type, IR lines converting %p<index> into the callee's argument, call operand)."""
     attrs = [a.decode() for a in arg.attributes]
@@ -114,7 +134,7 @@ def _abi_param(arg: llvm.ValueRef, index: int) -> tuple[str, list[str], str]:
         ]
         return abi, lines, f"ptr byval(%{struct}) {align} {a}"
     if _is_pointer(ty):
-        return "ptr", [f"  {a} = inttoptr i64 {p} to {ty}"], f"{ty} {a}"
+        return "ptr", _from_address(p, a, ty), f"{ty} {a}"
     struct = _type_name(arg.type)
     if arg.type.is_struct and (abi := _struct_scalar(struct)):
         lines = [f"  {a}.bits = bitcast {abi} {p} to i16", f"  {a} = insertvalue %{struct} poison, i16 {a}.bits, 0"]
@@ -171,7 +191,7 @@ def _word_lines(struct_ty: str, leaves: list[tuple[str, str, tuple[int, ...]]],
         part, bits = f"%f{k}", f"i{SCALAR_BITS[abi]}"
         lines.append(f"  {part} = extractvalue {struct_ty} %r, {', '.join(map(str, path))}")
         if _is_pointer(ir):
-            lines.append(f"  {part}.bits = ptrtoint {ir} {part} to i64")
+            lines += _to_address(part, ir, f"{part}.bits")
             part += ".bits"
         elif ir in ("float", "double", "half", "bfloat"):
             lines.append(f"  {part}.bits = bitcast {ir} {part} to {bits}")
@@ -267,8 +287,9 @@ def _wrappers(fn: llvm.ValueRef, symbol: str, structs: dict[str, llvm.TypeRef]) 
         lines = [f"  call void {w.call}", "  ret i32 0"]
         return WrappedFunction(fn.name, symbol, "void", w.params, w.pure), [w.define("i32", symbol, lines)]
     if _is_pointer(ret):
-        lines = [f"  %r = call {ret} {w.call}", f"  %r.addr = ptrtoint {ret} %r to i64", "  ret i64 %r.addr"]
-        return WrappedFunction(fn.name, symbol, "ptr", w.params, w.pure), [w.define("i64", symbol, lines)]
+        lines = [f"  %r = call {ret} {w.call}", *_to_address("%r", ret, "%r.addr"), "  ret i64 %r.addr"]
+        abi = "ptr" if ret in GENERIC_OR_GLOBAL else "i64"
+        return WrappedFunction(fn.name, symbol, abi, w.params, w.pure), [w.define("i64", symbol, lines)]
     if ret in SCALAR_TYPES:
         lines = [f"  %r = call {ret} {w.call}", f"  ret {ret} %r"]
         return WrappedFunction(fn.name, symbol, ret, w.params, w.pure), [w.define(ret, symbol, lines)]

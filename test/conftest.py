@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,8 @@ os.environ.setdefault("TRITON_RAW_CACHE_DIR", str(_SESSION_DIR / "raw"))
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 KERNELS = Path(__file__).parent / "kernels"
+ELF_MAGIC = b"\x7fELF"
+RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|\bcall\b[^@\n]*@rawext_\w+", re.MULTILINE)
 SM90 = None  # set lazily: importing triton here would read the cache env above too early
 
 
@@ -38,13 +41,22 @@ requires_nvshmem = pytest.mark.skipif(not has_nvshmem(), reason="needs NVSHMEM (
 
 
 def aot(fn, signature: dict[str, str], constexprs: dict[str, object] | None = None, **options):
-    """Compile ``fn`` ahead of time for sm_90 (no GPU needed) and return Triton's CompiledKernel."""
+    """Compile ``fn`` (``@triton.jit`` or ``@gluon.jit``) ahead of time for sm_90 (no GPU needed) and
+    return Triton's CompiledKernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
-    src = ASTSource(fn, signature=signature, constexprs=constexprs or {})
+    source = GluonASTSource if fn.is_gluon() else ASTSource
+    src = source(fn, signature=signature, constexprs=constexprs or {})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options or None)
+
+
+def assert_raw_inlined(compiled) -> None:
+    """No raw function is left defined, declared or called in the kernel's LLVM IR, and the cubin was built."""
+    assert not RAW_FUNCTION.findall(compiled.asm["llir"]), "a raw function survived Triton's inliner"
+    assert compiled.asm["cubin"][:4] == ELF_MAGIC
 
 
 def aot_error(fn, signature: dict[str, str], constexprs: dict[str, object] | None = None) -> str:
@@ -60,7 +72,6 @@ def aot_error(fn, signature: dict[str, str], constexprs: dict[str, object] | Non
 def assert_no_spills(ptx: str, tmp_path: Path) -> None:
     """Assemble ``ptx`` with the ptxas Triton uses for sm_90a (``-v``) and require 0 bytes of spill
     stores in every function it reports."""
-    import re
     import subprocess
 
     from triton.backends.nvidia.compiler import get_ptxas

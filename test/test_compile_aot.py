@@ -5,17 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import aot, requires_nvshmem
+import triton
+from conftest import aot, assert_raw_inlined, requires_nvshmem
 from kernels import raw_kernels as k
-
-ELF_MAGIC = b"\x7fELF"
-RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|\bcall\b[^@\n]*@rawext_\w+", re.MULTILINE)
-
-
-def _assert_raw_inlined(compiled) -> None:
-    llir = compiled.asm["llir"]
-    assert not RAW_FUNCTION.findall(llir), "a raw function survived Triton's inliner"
-    assert compiled.asm["cubin"][:4] == ELF_MAGIC
 
 
 def _no_nvshmem(compiled) -> None:
@@ -26,7 +18,7 @@ def _no_nvshmem(compiled) -> None:
 @pytest.mark.parametrize("kernel", [k.elementwise_kernel, k.elementwise_direct_kernel])
 def test_elementwise_raw_function(kernel):
     c = aot(kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
-    _assert_raw_inlined(c)
+    assert_raw_inlined(c)
     _no_nvshmem(c)
     assert "add.f32" in c.asm["ptx"] or "add.rn.f32" in c.asm["ptx"]
 
@@ -41,11 +33,25 @@ def test_raw_call_and_direct_call_give_the_same_code():
 
 def test_pointer_function_with_syncthreads():
     c = aot(k.rotate_kernel, {"data_ptr": "*i32", "N": "constexpr"}, {"N": 128})
-    _assert_raw_inlined(c)
+    assert_raw_inlined(c)
     _no_nvshmem(c)
     ptx = c.asm["ptx"]
     assert re.search(r"\bbar\.sync|\bbarrier\.sync", ptx), "__syncthreads() must reach the PTX"
     assert ".shared" in ptx, "the raw function's __shared__ tile must be in shared memory"
+
+
+@triton.jit
+def _fill_at_kernel(address):
+    k.fill_iota(address, 128, 1.0)
+
+
+def test_generic_address_to_a_shared_space_pointer():
+    """An int64 is a generic address: the wrapper of fill_iota(__attribute__((address_space(3))) float *)
+    converts it into the shared window (cvta.to.shared), and the raw stores are st.shared."""
+    c = aot(_fill_at_kernel, {"address": "i64"})
+    assert_raw_inlined(c)
+    ptx = c.asm["ptx"]
+    assert "cvta.to.shared.u64" in ptx and re.search(r"\bst\.shared\.(b|f|u)32\b", ptx)
 
 
 def test_two_sources_defining_the_same_helper():
@@ -66,7 +72,7 @@ def test_all_abi_types():
     sig = {"f64_ptr": "*fp64", "i64_ptr": "*i64", "f16_ptr": "*fp16", "bf16_ptr": "*bf16", "i32_ptr": "*i32",
            "out_ptr": "*i32", "BLOCK": "constexpr"}
     c = aot(k.types_kernel, sig, {"BLOCK": 128})
-    _assert_raw_inlined(c)
+    assert_raw_inlined(c)
     ptx = c.asm["ptx"]
     assert "mul.rn.f64" in ptx or "mul.f64" in ptx
     assert "add.f16" in ptx or "add.rn.f16" in ptx
@@ -77,7 +83,7 @@ def test_all_abi_types():
 def test_nvshmem_kernel_links_nvshmem_once():
     sig = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
     c = aot(k.ring_kernel, sig, {"BLOCK": 128})
-    _assert_raw_inlined(c)
+    assert_raw_inlined(c)
     ptx = c.asm["ptx"]
     state = re.search(r"\.visible \.(?:global|const) .*nvshmemi_device_state_d\[", ptx)
     assert state, "NVSHMEM's device state must be defined in the PTX"
@@ -93,7 +99,7 @@ def test_nvshmem_kernel_links_nvshmem_once():
 @requires_nvshmem
 def test_nvshmem_put_get_kernel_links_block_put_and_get():
     c = aot(k.put_get_kernel, {"buf": "*i32", "got": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
-    _assert_raw_inlined(c)
+    assert_raw_inlined(c)
     assert {"nvshmemx_putmem_block", "nvshmemx_getmem_block", "nvshmem_barrier_all"} <= set(c.metadata.raw_nvshmem)
     externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", c.asm["ptx"]))
     assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"

@@ -157,7 +157,7 @@ def test_call_outside_a_kernel():
     @dialect(name="cuda", file="kernels/add-device.cu")
     def add_one(x): ...
 
-    with pytest.raises(RawCompileError, match="can only be called inside a @triton.jit function"):
+    with pytest.raises(RawCompileError, match="can only be called inside a @triton.jit or @gluon.jit function"):
         add_one(1.0)
 
 

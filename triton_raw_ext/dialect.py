@@ -67,7 +67,7 @@ def _local_includes(source: Path, include_dirs: tuple[Path, ...], seen: set[Path
 
 
 class RawFunction:
-    """One raw CUDA device function of a `.cu` file, callable from ``@triton.jit`` code."""
+    """One raw CUDA device function of a `.cu` file, callable from ``@triton.jit`` and ``@gluon.jit`` code."""
 
     __triton_builtin__ = True
     __triton_aggregate__ = True
@@ -138,7 +138,7 @@ class RawFunction:
     def __call__(self, *args, _semantic=None):
         if _semantic is None:
             raise RawCompileError(
-                f"raw function {self.extern_func_name} can only be called inside a @triton.jit function"
+                f"raw function {self.extern_func_name} can only be called inside a @triton.jit or @gluon.jit function"
             )
         from .language import emit_call
 

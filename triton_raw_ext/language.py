@@ -6,8 +6,11 @@ thread of the program runs it once. ``fn.extern_func_name`` is found among the l
 functions by :func:`triton_raw_ext.cxx_names.candidates`; a name that matches several (overloads,
 template instances) is an error listing them.
 
-Pointers are passed as their ``int64`` address; a Triton pointer or an ``int64`` value is accepted
-for a pointer parameter. Arguments must have the parameter's type, except conversions C makes
+Pointers are passed as their ``int64`` generic address; a Triton pointer or an ``int64`` value is
+accepted for a pointer parameter, and in a Gluon kernel (Triton >= 3.9) a shared-memory descriptor
+too, as the generic address of its first element (``gl.inline_asm`` reads its shared address,
+``cvta.shared`` makes it generic): the raw function sees a row-major array, so the descriptor must
+not be swizzled. Arguments must have the parameter's type, except conversions C makes
 without loss (a narrower integer to a wider signed one, fp16/bf16 to fp32, fp32 to fp64) and
 signed/unsigned integers of the same width; anything else is a compile error naming the function,
 parameter and both types.
@@ -22,12 +25,16 @@ the pointer is ``const``) a store whose mask is all false; Triton's canonicalize
 any code is generated. They are for analyses of the unoptimized TTIR that cannot see into the call:
 torch.compile finds the tensors a user kernel reads and writes from its loads and stores, and
 without them it would take a kernel whose raw function writes through a pointer for one that writes
-nothing, and could drop or reorder its launch.
+nothing, and could drop or reorder its launch. Gluon kernels get none: torch does not analyse them
+(it builds them as Triton kernels, fails, and takes every tensor argument as written).
 """
 
 from __future__ import annotations
 
+import triton
 import triton.language as tl
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._semantic import GluonSemantic
 from triton.language import core
 
 from triton_raw_ext.passes.abi_wrappers import SCALAR_BITS, WrappedFunction
@@ -35,6 +42,7 @@ from triton_raw_ext.passes.abi_wrappers import SCALAR_BITS, WrappedFunction
 from .cu_compiler import RawLibrary
 from .cxx_names import can_demangle, candidates, demangle, describe
 from .errors import RawCompileError
+from .triton_version import GLUON_SHARED_ADDRESS
 
 ABI_DTYPES = {
     "i1": tl.int1, "i8": tl.int8, "i16": tl.int16, "i32": tl.int32, "i64": tl.int64,
@@ -46,6 +54,7 @@ C_NAMES = {
 }  # fmt: skip
 LIBRARY_NAME = "triton_raw"
 FIELD_INTS = {8: tl.int8, 16: tl.int16, 32: tl.int32, 64: tl.int64}
+SHARED_TO_GENERIC = "{ .reg .b64 w; cvt.u64.u32 w, $1; cvta.shared.u64 $0, w; }"  # $1: a shared-window address
 
 
 def _arch(_semantic) -> int:
@@ -67,9 +76,32 @@ def _widens_losslessly(got: tl.dtype, want: tl.dtype) -> bool:
     return False
 
 
+def _shared_address(desc: gl.shared_memory_descriptor, where: str, _semantic) -> core.tensor:
+    """The generic address (int64) of the first element of Gluon shared memory ``desc``."""
+    if not GLUON_SHARED_ADDRESS:
+        raise RawCompileError(
+            f"{where} got Gluon shared memory, whose address Triton {triton.__version__} cannot take (Gluon reads "
+            f"a descriptor's address with gl.inline_asm, from Triton 3.9); use Triton 3.9, or declare the __shared__ "
+            f"array in the raw function"
+        )
+    layout = desc.layout
+    swizzled = isinstance(layout, gl.SwizzledSharedLayout)
+    row_major = list(range((len(layout.order) if swizzled else desc.rank) - 1, -1, -1))
+    if not swizzled or layout.max_phase != 1 or list(layout.order) != row_major:
+        raise RawCompileError(
+            f"{where} got shared memory in the layout {layout}, which is not a plain row-major array; allocate it "
+            f"with gl.SwizzledSharedLayout(1, 1, 1, order={row_major})"
+        )
+    return _semantic.inline_asm(SHARED_TO_GENERIC, "=l,r", [desc], tl.int64, False)
+
+
 def _convert(fn_name: str, param: str, abi: str, value, _semantic) -> core.tensor:
     """Turn one call argument into the tensor the ABI wrapper expects, or raise naming both types."""
     where = f"raw function {fn_name}: parameter {param!r} ({C_NAMES[abi]})"
+    if isinstance(value, gl.shared_memory_descriptor):
+        if abi != "ptr":
+            raise RawCompileError(f"{where} got Gluon shared memory; pass it for a pointer parameter")
+        return _shared_address(value, where, _semantic)
     if isinstance(value, core.constexpr) or not isinstance(value, core.tensor):
         raw = value.value if isinstance(value, core.constexpr) else value
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
@@ -165,7 +197,7 @@ def emit_call(fn, args: list, _semantic):
         expected = ", ".join(f"{C_NAMES[t]} {p}" for p, t in info.params)
         raise RawCompileError(f"raw function {name}({expected}) takes {len(info.params)} arguments, got {len(args)}")
     converted = [_convert(name, p, abi, a, _semantic) for (p, abi), a in zip(info.params, args, strict=True)]
-    if not info.pure:
+    if not info.pure and not isinstance(_semantic, GluonSemantic):
         _declare_accesses([a for (_, abi), a in zip(info.params, args, strict=True) if abi == "ptr"], _semantic)
     key = tuple(t.dtype for t in converted)
 

@@ -20,6 +20,11 @@ define void @store(ptr addrspace(1) %p, ptr %q, i1 zeroext %flag) #1 {
   ret void
 }
 
+define void @fill(ptr addrspace(3) %buf, float %v) #2 {
+  store float %v, ptr addrspace(3) %buf
+  ret void
+}
+
 define %struct.__half @hneg(ptr byval(%struct.__half) align 2 %x) #2 {
   %b = load i16, ptr %x
   %n = xor i16 %b, -32768
@@ -69,13 +74,20 @@ attributes #3 = { noinline nounwind }
 ; CHECK-NEXT:    %r = call float @add_one(float %p0)
 ; CHECK-NEXT:    ret float %r
 
-; Pointers cross as i64 and are turned back with inttoptr in their own address space; void returns i32 0.
+; Generic and global pointers cross as i64 and are turned back with inttoptr; void returns i32 0.
 ; CHECK-LABEL: define i32 @store__triton(i64 %p0, i64 %p1, i1 %p2)
 ; CHECK-SAME:  [[CONV:#[0-9]+]]
 ; CHECK:         %a0 = inttoptr i64 %p0 to ptr addrspace(1)
 ; CHECK:         %a1 = inttoptr i64 %p1 to ptr
 ; CHECK:         call void @store(ptr addrspace(1) %a0, ptr %a1, i1 %p2)
 ; CHECK-NEXT:    ret i32 0
+
+; The i64 is a generic address: a shared-memory pointer is made from it with addrspacecast.
+; CHECK-LABEL: define i32 @fill__triton(i64 %p0, float %p1)
+; CHECK-NEXT:  entry:
+; CHECK-NEXT:    %a0.gen = inttoptr i64 %p0 to ptr
+; CHECK-NEXT:    %a0 = addrspacecast ptr %a0.gen to ptr addrspace(3)
+; CHECK-NEXT:    call void @fill(ptr addrspace(3) %a0, float %p1)
 
 ; __half passed byval: the wrapper takes half, builds the struct in an alloca, returns half.
 ; CHECK-LABEL: define half @hneg__triton(half %p0)
@@ -110,6 +122,7 @@ attributes #3 = { noinline nounwind }
 
 ; REPORT-DAG: abi-wrappers: wrapped add_one as add_one__triton
 ; REPORT-DAG: abi-wrappers: wrapped store as store__triton
+; REPORT-DAG: abi-wrappers: wrapped fill as fill__triton
 ; REPORT-DAG: abi-wrappers: wrapped hneg as hneg__triton
 ; REPORT-DAG: abi-wrappers: wrapped bfneg as bfneg__triton
 ; REPORT-DAG: abi-wrappers: wrapped _Z6helperi as _Z6helperi__triton

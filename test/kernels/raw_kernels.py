@@ -43,6 +43,14 @@ def twice_bf16(x): ...
 def load_at(base, i): ...
 
 
+@dialect(name="cuda", file="shared-device.cu")
+def fill_iota(buf, n, scale): ...
+
+
+@dialect(name="cuda", file="shared-device.cu")
+def block_sum(buf, n): ...
+
+
 SHMEM = "shmem-device.cu"
 
 
