@@ -22,6 +22,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from triton_raw_ext.cache import digest, get_or_build
 from triton_raw_ext.errors import RawRuntimeError
+from triton_raw_ext.knobs import tool_timeout_s
 from triton_raw_ext.nvshmem_install import find_nvshmem
 
 CACHE_KIND = "host_lib"
@@ -140,11 +142,14 @@ def compile_into(build: HostBuild, folder: Path) -> None:
     """Run nvcc to produce ``folder/lib<name>.so`` atomically; raise with nvcc's output on failure."""
     tmp = folder / f".{build.library_name}.{os.getpid()}.tmp"
     cmd = build.command(tmp)
+    limit = tool_timeout_s()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired as exc:
+        tmp.unlink(missing_ok=True)
         raise RawRuntimeError(
-            f"nvcc did not finish within 600 s building {build.source}: {' '.join(cmd)}"
+            f"nvcc did not finish within {limit:g} s building {build.source} (it was stopped; raise "
+            f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}"
         ) from exc
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -204,10 +209,13 @@ def build_host(
     *,
     rdc: bool = False,
     arch: str | None = None,
-    extra_flags: tuple[str, ...] = (),
+    extra_flags: tuple[str, ...] | str = (),
 ) -> Path:
-    """The path of the shared library for ``path``: prebuilt if up to date, else cached/built."""
-    build = describe_build(Path(path), name, rdc, arch, tuple(extra_flags))
+    """The path of the shared library for ``path``: prebuilt if up to date, else cached/built.
+
+    ``extra_flags`` is a sequence of flags, or one string split as a shell would (``"-O3 -g"``)."""
+    flags = tuple(shlex.split(extra_flags)) if isinstance(extra_flags, str) else tuple(extra_flags)
+    build = describe_build(Path(path), name, rdc, arch, flags)
     prebuilt = find_prebuilt(build)
     if prebuilt is not None:
         return prebuilt
@@ -221,14 +229,15 @@ def load_host(
     *,
     rdc: bool = False,
     arch: str | None = None,
-    extra_flags: tuple[str, ...] = (),
+    extra_flags: tuple[str, ...] | str = (),
 ) -> ctypes.CDLL:
     """Build (once) and load a host ``.cu`` helper; returns the ``ctypes.CDLL``.
 
     ``name`` names the library (``lib<name>.so``; default: the file's stem). ``rdc=True`` compiles
     relocatable device code and links ``libnvshmem_device.a`` (only for kernels that call NVSHMEM
-    device functions; ``arch`` then defaults to sm_90). ``extra_flags`` go to nvcc before the link
-    flags. Raises :class:`RawRuntimeError` with nvcc's output when the build fails.
+    device functions; ``arch`` then defaults to sm_90). ``extra_flags`` (a sequence, or one string
+    split as a shell would) go to nvcc before the link flags. Raises :class:`RawRuntimeError` with
+    nvcc's output when the build fails.
     """
     library = build_host(path, name, rdc=rdc, arch=arch, extra_flags=extra_flags)
     try:

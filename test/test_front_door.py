@@ -194,3 +194,41 @@ def test_cu_edit_in_one_process_reaches_the_next_compile(tmp_path):
     out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.split("\n")[-2] == "(True, False) (False, True) (False, True)"
+
+
+# ---- external tools -------------------------------------------------------------------------------
+
+HANGING_CLANG = """#!/bin/sh
+case "$1" in --version) echo "clang version 22.1.8"; exit 0;; esac
+exec sleep 60
+"""
+
+
+def test_hanging_clang_is_stopped_and_frees_the_cache_entry(tmp_path, monkeypatch):
+    from triton_raw_ext import knobs
+    from triton_raw_ext.toolchain import find_clang
+
+    clang = tmp_path / "clang"
+    clang.write_text(HANGING_CLANG)
+    clang.chmod(0o755)
+    (tmp_path / "f.cu").write_text('extern "C" __device__ float f(float x) { return x; }\n')
+    monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "1")
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "cache"))
+    knobs.clang = str(clang)
+    try:
+        fn = dialect(name="cuda", file="f.cu")(_stub_in(tmp_path))
+        for _ in range(2):  # the second try takes the lock the first one held: it was released
+            with pytest.raises(RawCompileError, match=r"clang did not finish within 1 s on .*f\.cu .*raise "
+                                                      r"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer"):
+                fn.library(90)
+    finally:
+        knobs.clang = None
+        find_clang.cache_clear()
+
+
+def test_tool_timeout_must_be_positive(monkeypatch):
+    from triton_raw_ext.knobs import tool_timeout_s
+
+    monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match="TRITON_RAW_TOOL_TIMEOUT_S='soon': give a positive number of seconds"):
+        tool_timeout_s()

@@ -60,6 +60,14 @@ def test_builds_and_loads_a_host_helper(tmp_path: Path, cache: Path, counting_nv
     assert load_host(src, "renamed")._name.endswith("librenamed.so")
 
 
+def test_extra_flags_as_one_string_are_split_like_a_shell(tmp_path: Path, cache: Path) -> None:
+    src = tmp_path / "answer.cu"
+    src.write_text(ANSWER_CU)
+    lib = load_host(src, extra_flags="-O3 -lineinfo")
+    assert lib.answer(1) == 42
+    assert build.build_host(src, extra_flags=("-O3", "-lineinfo")) == Path(lib._name)  # the same build
+
+
 def test_key_covers_source_flags_and_neighbour_headers(tmp_path: Path, cache: Path) -> None:
     src = tmp_path / "k.cu"
     src.write_text(ANSWER_CU)

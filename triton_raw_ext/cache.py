@@ -14,9 +14,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-LOCK_TIMEOUT_S = 600.0
+LOCK_WAIT_TOOL_RUNS = 3  # a waiter outlasts the builder's tool runs (each bounded by tool_timeout_s)
 
 
 def cache_dir() -> Path:
@@ -67,10 +67,20 @@ def get_or_build(kind: str, key: str, files: tuple[str, ...], build: Callable[[P
     if all((folder / name).is_file() for name in files):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder) + ".lock", timeout=LOCK_TIMEOUT_S):
+    from .knobs import tool_timeout_s
+
+    lock = FileLock(str(folder) + ".lock", timeout=LOCK_WAIT_TOOL_RUNS * tool_timeout_s())
+    try:
+        lock.acquire()
+    except Timeout as e:
+        raise RuntimeError(f"waited {lock.timeout:g} s for {lock.lock_file}, held by a process building the same "
+                           f"{kind} entry; if that process is gone, delete the lock file") from e
+    try:
         if not all((folder / name).is_file() for name in files):
             build(folder)
             missing = [name for name in files if not (folder / name).is_file()]
             if missing:
                 raise RuntimeError(f"cache builder for {kind} did not write {missing} in {folder}")
+    finally:
+        lock.release()
     return folder

@@ -31,6 +31,7 @@ from triton_raw_ext.passes.module_io import declared_functions, load
 from .cache import digest, get_or_build, write_atomic
 from .debug_types import pointee_types
 from .errors import RawCompileError
+from .knobs import tool_timeout_s
 from .nvshmem_install import NVSHMEM_PREFIXES
 from .toolchain import find_clang, find_cuda_headers
 
@@ -90,10 +91,12 @@ def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, 
 
 def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:
     cmd = clang_command(spec, arch, output, extra)
+    limit = tool_timeout_s()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired as e:
-        raise RawCompileError(f"clang took over 600 s on {spec.source}: {' '.join(cmd)}") from e
+        raise RawCompileError(f"clang did not finish within {limit:g} s on {spec.source} (it was stopped; raise "
+                              f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}") from e
     if proc.returncode != 0:
         raise RawCompileError(
             f"clang failed to compile {spec.source} for sm_{arch}:\n{proc.stderr.strip()}\ncommand: {' '.join(cmd)}"

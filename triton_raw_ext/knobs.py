@@ -1,6 +1,7 @@
 """Settings a user may change from Python; each defaults to its environment variable.
 
-``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``.
+``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``;
+``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang and nvcc run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import os
 class _Knobs:
     """Attribute access reads the override if set, else the environment variable."""
 
-    _env = {"clang": "TRITON_RAW_CLANG", "cache_dir": "TRITON_RAW_CACHE_DIR"}
+    _env = {"clang": "TRITON_RAW_CLANG", "cache_dir": "TRITON_RAW_CACHE_DIR",
+            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S"}
 
     def __init__(self) -> None:
         self._overrides: dict[str, str | None] = {}
@@ -39,3 +41,19 @@ class _Knobs:
 
 
 knobs = _Knobs()
+DEFAULT_TOOL_TIMEOUT_S = 600.0
+
+
+def tool_timeout_s() -> float:
+    """Seconds an external tool (clang, nvcc) may run before it is killed: ``knobs.tool_timeout_s``
+    (``TRITON_RAW_TOOL_TIMEOUT_S``), default 600."""
+    value = knobs.tool_timeout_s
+    if value is None:
+        return DEFAULT_TOOL_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if seconds <= 0:
+        raise ValueError(f"TRITON_RAW_TOOL_TIMEOUT_S={value!r}: give a positive number of seconds")
+    return seconds
