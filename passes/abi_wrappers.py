@@ -297,12 +297,26 @@ def _wrappers(fn: llvm.ValueRef, symbol: str, structs: dict[str, llvm.TypeRef]) 
 
 
 def _is_kernel(fn: llvm.ValueRef) -> bool:
-    return "ptx_kernel" in str(fn).split("(", 1)[0]
+    """A ``__global__`` function: its ``define`` line has the ``ptx_kernel`` calling convention."""
+    header = next(line for line in str(fn).splitlines() if line.startswith("define "))
+    return "ptx_kernel" in header.split("@", 1)[0]
 
 
 def _is_exported(fn: llvm.ValueRef) -> bool:
     return (fn.linkage in EXPORTED_LINKAGES and not fn.name.startswith(("__", "llvm."))
             and not _is_kernel(fn))  # fmt: skip
+
+
+def _not_callable(fn: llvm.ValueRef) -> str | None:
+    """Why a visible function a user may name is not exported (None for the rest)."""
+    if fn.linkage not in EXPORTED_LINKAGES or fn.name.startswith("llvm."):
+        return None
+    if _is_kernel(fn):
+        return ("it is a __global__ kernel, which a Triton kernel cannot call; make it a __device__ function "
+                "(the Triton kernel is the launch)")
+    if fn.name.startswith("__"):
+        return "names starting with __ are reserved for CUDA and the compiler; rename it"
+    return None
 
 
 def _declaration(fn: llvm.ValueRef) -> str:
@@ -315,6 +329,11 @@ def abi_wrappers(mod: llvm.ModuleRef, functions: list[str] | None = None) -> Wra
     """Add the ``<name>__triton`` wrappers of each exported function; see the module docstring."""
     report = WrapperReport()
     candidates = [f for f in defined_functions(mod) if (f.name in functions if functions else _is_exported(f))]
+    if not functions:
+        for fn in defined_functions(mod):
+            reason = _not_callable(fn)
+            if reason:
+                report.unsupported[fn.name] = reason
     if functions:
         missing = sorted(set(functions) - {f.name for f in candidates})
         if missing:

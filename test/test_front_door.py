@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import aot, aot_error
+from conftest import KERNELS, aot, aot_error
 
 from triton_raw_ext import RawCompileError, dialect
 
@@ -128,6 +128,35 @@ def test_python_int_that_does_not_fit_the_parameter():
     message = aot_error(_short_too_wide, {"y_ptr": "*i32"})
     assert "parameter 'y' (short) got 70000, which does not fit in 16 bits (-32768..65535)" in message
     assert aot(_unsigned_int_fits, {"y_ptr": "*i32"}).asm["cubin"][:4] == b"\x7fELF"  # an unsigned int's range
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def fill_kernel(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}", extern_func_name="__reserved")
+def reserved(x): ...
+
+
+@triton.jit
+def _calls_a_global(x_ptr):
+    fill_kernel(x_ptr)
+
+
+@triton.jit
+def _calls_a_reserved_name(x_ptr):
+    tl.store(x_ptr, reserved(tl.load(x_ptr)))
+
+
+def test_global_function_is_refused_not_compiled_to_a_trap():
+    message = aot_error(_calls_a_global, {"x_ptr": "*fp32"})
+    assert f"raw function fill_kernel in {KERNELS / FRONT} cannot be called from Triton: it is a __global__ " \
+           "kernel, which a Triton kernel cannot call; make it a __device__ function" in message
+
+
+def test_reserved_name_says_why():
+    message = aot_error(_calls_a_reserved_name, {"x_ptr": "*fp32"})
+    assert "raw function __reserved in" in message and "names starting with __ are reserved" in message
 
 
 # ---- the kernel cache -----------------------------------------------------------------------------

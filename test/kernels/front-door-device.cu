@@ -5,3 +5,5 @@
 extern "C" __device__ int tile(void) { return TILE; }
 extern "C" __device__ int plus_int(int x, int y) { return x + y; }
 extern "C" __device__ short plus_short(short x, short y) { return x + y; }
+extern "C" __global__ void fill_kernel(float *x) { x[threadIdx.x] = 1.0f; }
+extern "C" __device__ float __reserved(float x) { return x; }
