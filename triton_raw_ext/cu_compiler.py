@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from .nvshmem_install import NVSHMEM_PREFIXES
 from .toolchain import find_clang, find_cuda_headers
 
 INCLUDE_DIR = Path(__file__).parent / "include"
+_QUOTE_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,27 @@ class RawLibrary:
 DEBUG_FLAGS = ("-g", "--cuda-noopt-device-debug", "-Xclang", "-disable-llvm-passes")
 
 
-def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last."""
+def source_files(spec: CompileSpec) -> set[Path]:
+    """``spec.source`` and every file it reaches through ``#include "..."``, each looked up beside the file
+    that includes it, then in ``spec.include_dirs``."""
+    seen: set[Path] = set()
+    pending = [spec.source]
+    while pending:
+        source = pending.pop()
+        if source in seen:
+            continue
+        seen.add(source)
+        for name in _QUOTE_INCLUDE.findall(source.read_bytes()):
+            for folder in (source.parent, *spec.include_dirs):
+                candidate = (folder / name.decode()).resolve()
+                if candidate.is_file():
+                    pending.append(candidate)
+                    break
+    return seen
+
+
+def clang_options(spec: CompileSpec, arch: int) -> list[str]:
+    """clang's command line for ``spec`` on ``sm_<arch>``, up to its input."""
     clang, cuda = find_clang(), find_cuda_headers()
     includes = [f"-I{d}" for d in spec.include_dirs]
     defines = [f"-D{d}" for d in spec.defines]
@@ -85,8 +106,13 @@ def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, 
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
         "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
         "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(),
-        *includes, *defines, *spec.clang_flags, *extra, str(spec.source), "-o", str(output),
+        *includes, *defines, *spec.clang_flags,
     )  # fmt: skip
+
+
+def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last."""
+    return [*clang_options(spec, arch), *extra, str(spec.source), "-o", str(output)]
 
 
 def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:
