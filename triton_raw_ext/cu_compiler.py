@@ -10,7 +10,9 @@ are cached on disk under ``raw_lib/<key>`` and in memory.
 clang compiles with ``-fgpu-rdc``: without it, clang makes an explicit template instantiation
 internal (the device code would be the whole program) and drops it when nothing in the file calls
 it. When an exported function returns a pointer, the source is compiled a second time with debug
-info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee.
+info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee. A source with
+``library="nvshmem"`` that includes NVSHMEM's own headers is compiled with them precompiled
+(:mod:`triton_raw_ext.nvshmem_headers`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from .cache import digest, get_or_build, write_atomic
 from .debug_types import pointee_types
 from .errors import RawCompileError
 from .knobs import tool_timeout_s
-from .nvshmem_install import NVSHMEM_PREFIXES
+from .nvshmem_headers import includes_nvshmem_headers, precompiled_header
+from .nvshmem_install import NVSHMEM_PREFIXES, find_nvshmem
 from .toolchain import find_clang, find_cuda_headers
 
 INCLUDE_DIR = Path(__file__).parent / "include"
@@ -97,22 +100,39 @@ def source_files(spec: CompileSpec) -> set[Path]:
 
 
 def clang_options(spec: CompileSpec, arch: int) -> list[str]:
-    """clang's command line for ``spec`` on ``sm_<arch>``, up to its input."""
+    """clang's command line for ``spec`` on ``sm_<arch>``, up to its input: shared by the compile and the
+    precompiled NVSHMEM headers it may use. ``library="nvshmem"`` puts NVSHMEM's include folder on the search path."""
     clang, cuda = find_clang(), find_cuda_headers()
+    nvshmem = ["-isystem", str(find_nvshmem().include_dir)] if spec.library == "nvshmem" else []
     includes = [f"-I{d}" for d in spec.include_dirs]
     defines = [f"-D{d}" for d in spec.defines]
     return clang.argv(
         "-x", "cuda", "--cuda-device-only", "-emit-llvm", "-c", "-O3", "-std=c++17",
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
         "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
-        "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(),
+        "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(), *nvshmem,
         *includes, *defines, *spec.clang_flags,
     )  # fmt: skip
 
 
 def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last."""
-    return [*clang_options(spec, arch), *extra, str(spec.source), "-o", str(output)]
+    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last.
+
+    A source that includes ``<nvshmem.h>`` or ``<nvshmemx.h>`` (see :func:`source_files`) gets
+    NVSHMEM's precompiled header, which this builds first when it is not cached; it needs
+    ``library="nvshmem"``, else :class:`RawCompileError` says so. The header is precompiled without
+    ``extra``: clang accepts it under :data:`DEBUG_FLAGS`, so the debug compile shares it.
+    """
+    options = clang_options(spec, arch)
+    pch: list[str] = []
+    if includes_nvshmem_headers(source_files(spec)):
+        if spec.library != "nvshmem":
+            raise RawCompileError(
+                f"{spec.source} includes NVSHMEM's headers but its @dialect does not say library=\"nvshmem\"; "
+                f"add library=\"nvshmem\" so that NVSHMEM's include folder is searched and NVSHMEM is linked"
+            )
+        pch = ["-include-pch", str(precompiled_header(options))]
+    return [*options, *pch, *extra, str(spec.source), "-o", str(output)]
 
 
 def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:
