@@ -60,14 +60,14 @@ def test_nvshmem_functions_stay_declarations():
 
 
 def test_precompiled_header_is_built_once_and_shared(tmp_path):
-    """A new source with the same flags reuses the precompiled header, so it compiles like one without
-    NVSHMEM's headers; the time is printed (``pytest -rP``), not asserted."""
+    """A new source with the same clang flags, other include folders and defines, reuses the precompiled
+    header; its compile time is printed (``pytest -rP``), not asserted."""
     hk.ring_shift.library(90)
     built = _precompiled_headers()
     assert built
     body = HEADERS_SOURCE.read_text()
     source = _fresh_source(tmp_path, body[: body.index("// The whole CTA")])
-    spec = CompileSpec(source, library="nvshmem")
+    spec = CompileSpec(source, include_dirs=(tmp_path,), defines=("RING_TAG=1",), library="nvshmem")
     start = time.perf_counter()
     lib = compile_raw_library(spec, uuid.uuid4().hex, 90)
     print(f"a new source including NVSHMEM's headers compiled in {time.perf_counter() - start:.2f} s")

@@ -17,6 +17,7 @@ info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the poin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -121,9 +122,10 @@ def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, 
     A source that includes ``<nvshmem.h>`` or ``<nvshmemx.h>`` (see :func:`source_files`) gets
     NVSHMEM's precompiled header, which this builds first when it is not cached; it needs
     ``library="nvshmem"``, else :class:`RawCompileError` says so. The header is precompiled without
-    ``extra``: clang accepts it under :data:`DEBUG_FLAGS`, so the debug compile shares it.
+    the source's include folders and defines, and without ``extra``: clang accepts those on top of
+    it (:data:`DEBUG_FLAGS` included), so one precompiled header per SM and ``clang_flags`` serves
+    every source and the debug compile.
     """
-    options = clang_options(spec, arch)
     pch: list[str] = []
     if includes_nvshmem_headers(source_files(spec)):
         if spec.library != "nvshmem":
@@ -131,8 +133,9 @@ def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, 
                 f"{spec.source} includes NVSHMEM's headers but its @dialect does not say library=\"nvshmem\"; "
                 f"add library=\"nvshmem\" so that NVSHMEM's include folder is searched and NVSHMEM is linked"
             )
-        pch = ["-include-pch", str(precompiled_header(options))]
-    return [*options, *pch, *extra, str(spec.source), "-o", str(output)]
+        headers_only = dataclasses.replace(spec, include_dirs=(), defines=())
+        pch = ["-include-pch", str(precompiled_header(clang_options(headers_only, arch)))]
+    return [*clang_options(spec, arch), *pch, *extra, str(spec.source), "-o", str(output)]
 
 
 def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:

@@ -8,9 +8,9 @@ makes NVSHMEM's headers declare the device API instead of defining it, so the so
 keeps NVSHMEM's functions as declarations for the per-kernel NVSHMEM link, exactly as with the
 plugin's prototypes header ``triton_raw/nvshmem_device.h``. Reading NVSHMEM's headers costs clang
 about 10 s, which the precompiled header pays once per (NVSHMEM installation, clang, CUDA headers,
-SM, the source's flags, include folders and defines); a compile that uses it costs what a source
-without NVSHMEM's headers does. Precompiled headers live in the plugin's cache under
-``nvshmem_pch/<key>``. Sources that use only the prototypes header never build one.
+SM, ``clang_flags``); a compile that uses it takes less than one of a source without NVSHMEM's
+headers (the CUDA headers come precompiled too). Precompiled headers live in the plugin's cache
+under ``nvshmem_pch/<key>``. Sources that use only the prototypes header never build one.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def precompiled_header(options: list[str]) -> Path:
     input and output), built once and cached; raises :class:`RawCompileError` when clang cannot read
     the headers.
 
-    The key is the options (clang, CUDA, NVSHMEM and plugin folders, SM, flags, include folders,
-    defines) with the clang version, CUDA version, NVSHMEM installation and plugin code.
+    The key is the options (clang, CUDA, NVSHMEM and plugin folders, SM, flags) with the clang
+    version, CUDA version, NVSHMEM installation and plugin code.
     """
     install = find_nvshmem()
     key = digest(code_digest(), find_clang().identity, str(find_cuda_headers()), identity(install),
