@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from conftest import KERNELS, aot, requires_nvshmem
 from kernels import nvshmem_header_kernels as hk
 
-from triton_raw_ext import RawCompileError
+from triton_raw_ext import RawCompileError, cu_compiler
 from triton_raw_ext.cache import cache_dir
 from triton_raw_ext.cu_compiler import CompileSpec, clang_command, compile_raw_library
 
@@ -62,18 +63,33 @@ def test_nvshmem_functions_stay_declarations():
 def test_precompiled_header_is_built_once_and_shared(tmp_path):
     """A new source with the same clang flags, other include folders and defines, reuses the precompiled
     header; its compile time is printed (``pytest -rP``), not asserted."""
-    hk.ring_shift.library(90)
+    body = HEADERS_SOURCE.read_text()
+    body = body[: body.index("// The whole CTA")]
+    compile_raw_library(CompileSpec(_fresh_source(tmp_path, body), library="nvshmem"), uuid.uuid4().hex, 90)
     built = _precompiled_headers()
     assert built
-    body = HEADERS_SOURCE.read_text()
-    source = _fresh_source(tmp_path, body[: body.index("// The whole CTA")])
-    spec = CompileSpec(source, include_dirs=(tmp_path,), defines=("RING_TAG=1",), library="nvshmem")
+    spec = CompileSpec(_fresh_source(tmp_path, body), include_dirs=(tmp_path,), defines=("RING_TAG=1",),
+                       library="nvshmem")  # fmt: skip
     start = time.perf_counter()
     lib = compile_raw_library(spec, uuid.uuid4().hex, 90)
     print(f"a new source including NVSHMEM's headers compiled in {time.perf_counter() - start:.2f} s")
     assert set(lib.functions) == {"my_pe", "ring_shift"}
     assert _precompiled_headers() == built
     assert clang_command(spec, 90, tmp_path / "out.bc").count("-include-pch") == 1
+
+
+def test_stale_precompiled_header_names_the_fix(tmp_path, monkeypatch):
+    """A header changed in place after the precompile (same versions, so the same cache key): clang
+    refuses the precompiled header, and the error names the folder to delete."""
+    source = _fresh_source(tmp_path, '#include <nvshmem.h>\nextern "C" __device__ void q() { nvshmem_quiet(); }\n')
+    spec = CompileSpec(source, library="nvshmem")
+    cmd = clang_command(spec, 90, tmp_path / "out.bc")
+    pch = Path(cmd[cmd.index("-include-pch") + 1])
+    refusal = (f"fatal error: file '/usr/local/cuda/include/cuda.h' has been modified since the precompiled header "
+               f"'{pch}' was built: size changed (was 1, now 2)")  # fmt: skip
+    monkeypatch.setattr(cu_compiler.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", refusal))
+    with pytest.raises(RawCompileError, match=f"Delete {re.escape(str(pch.parent))};"):
+        cu_compiler.compile_to_module(spec, 90, tmp_path)
 
 
 def test_headers_reached_through_a_quoted_include(tmp_path):

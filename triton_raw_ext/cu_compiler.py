@@ -147,9 +147,11 @@ def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...
         raise RawCompileError(f"clang did not finish within {limit:g} s on {spec.source} (it was stopped; raise "
                               f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}") from e
     if proc.returncode != 0:
-        raise RawCompileError(
-            f"clang failed to compile {spec.source} for sm_{arch}:\n{proc.stderr.strip()}\ncommand: {' '.join(cmd)}"
-        )
+        fix = ""
+        if "-include-pch" in cmd and "since the precompiled header" in proc.stderr:  # a header changed in place
+            fix = f"\nDelete {Path(cmd[cmd.index('-include-pch') + 1]).parent}; the next compile precompiles it again"
+        raise RawCompileError(f"clang failed to compile {spec.source} for sm_{arch}:\n{proc.stderr.strip()}\n"
+                              f"command: {' '.join(cmd)}{fix}")
 
 
 def _check_library(spec: CompileSpec, nvshmem_symbols: list[str]) -> None:
