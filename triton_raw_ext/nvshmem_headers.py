@@ -53,9 +53,7 @@ def precompiled_header(options: list[str]) -> Path:
     The key is the options (clang, CUDA, NVSHMEM and plugin folders, SM, flags) with the clang
     version, CUDA version, NVSHMEM installation and plugin code.
     """
-    install = find_nvshmem()
-    key = digest(code_digest(), find_clang().identity, str(find_cuda_headers()), identity(install),
-                 str(install.include_dir), *options)  # fmt: skip
+    key = digest(code_digest(), find_clang().identity, str(find_cuda_headers()), identity(find_nvshmem()), *options)
     return get_or_build("nvshmem_pch", key, (PCH_FILE,), lambda folder: _build(options, folder)) / PCH_FILE
 
 
