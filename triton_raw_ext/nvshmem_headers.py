@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .cache import digest, get_or_build
 from .errors import RawCompileError
+from .knobs import tool_timeout_s
 from .nvshmem_install import find_nvshmem, identity
 from .toolchain import find_clang, find_cuda_headers
 from .version import code_digest
@@ -61,8 +62,9 @@ def _build(options: list[str], folder: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{PCH_FILE}.", suffix=".tmp")
     os.close(fd)
     cmd = [*options, *PCH_FLAGS, str(HEADER), "-o", tmp]
+    limit = tool_timeout_s()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
         if proc.returncode != 0:
             raise RawCompileError(
                 f"clang cannot read NVSHMEM {find_nvshmem().version_str}'s headers (<nvshmem.h>, <nvshmemx.h>):\n"
@@ -71,6 +73,7 @@ def _build(options: list[str], folder: Path) -> None:
             )
         os.replace(tmp, folder / PCH_FILE)
     except subprocess.TimeoutExpired as e:
-        raise RawCompileError(f"clang took over 600 s to precompile NVSHMEM's headers: {' '.join(cmd)}") from e
+        raise RawCompileError(f"clang did not precompile NVSHMEM's headers within {limit:g} s (it was stopped; raise "
+                              f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}") from e
     finally:
         Path(tmp).unlink(missing_ok=True)
