@@ -103,6 +103,30 @@ def test_nvshmem_put_get_at_world_size_one(torch):
     assert buf[block:].tolist() == buf[:block].tolist() == got.tolist()
 
 
+@requires_nvshmem
+def test_nvshmem_headers_ring_at_world_size_one(torch):
+    """The ring of nvshmem-headers-device.cu, which includes <nvshmem.h> and <nvshmemx.h>, with itself."""
+    from kernels.nvshmem_header_kernels import header_ring_kernel
+
+    from triton_raw_ext import runtime
+
+    runtime.init()
+    block = 128
+    buf = runtime.zeros((2 * block,), torch.int32)
+    slot = runtime.zeros((1,), torch.int32)
+    sig = runtime.zeros((1,), torch.int64)
+    out = torch.full((block + 2,), -1, device="cuda", dtype=torch.int32)
+    buf[:block] = torch.arange(block, device="cuda", dtype=torch.int32) + 5000
+    slot.fill_(-5)
+    runtime.barrier_all()
+    for step in (1, 2, 3):
+        header_ring_kernel[(1,)](buf, slot, sig, out, step, BLOCK=block)
+        torch.cuda.synchronize()
+        assert out[:block].tolist() == (torch.arange(block) + 5000).tolist()
+        assert out[block:].tolist() == [5000, 0]  # buf[0] through nvshmem_ptr, then this PE's number
+        assert slot.item() == 0 and sig.item() == step
+
+
 def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 

@@ -10,13 +10,17 @@ are cached on disk under ``raw_lib/<key>`` and in memory.
 clang compiles with ``-fgpu-rdc``: without it, clang makes an explicit template instantiation
 internal (the device code would be the whole program) and drops it when nothing in the file calls
 it. When an exported function returns a pointer, the source is compiled a second time with debug
-info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee.
+info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee. A source with
+``library="nvshmem"`` that includes NVSHMEM's own headers is compiled with them precompiled
+(:mod:`triton_raw_ext.nvshmem_headers`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -32,10 +36,12 @@ from .cache import digest, get_or_build, write_atomic
 from .debug_types import pointee_types
 from .errors import RawCompileError
 from .knobs import tool_timeout_s
-from .nvshmem_install import NVSHMEM_PREFIXES
+from .nvshmem_headers import includes_nvshmem_headers, precompiled_header
+from .nvshmem_install import NVSHMEM_PREFIXES, find_nvshmem
 from .toolchain import find_clang, find_cuda_headers
 
 INCLUDE_DIR = Path(__file__).parent / "include"
+_QUOTE_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -75,18 +81,61 @@ class RawLibrary:
 DEBUG_FLAGS = ("-g", "--cuda-noopt-device-debug", "-Xclang", "-disable-llvm-passes")
 
 
-def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last."""
+def source_files(spec: CompileSpec) -> set[Path]:
+    """``spec.source`` and every file it reaches through ``#include "..."``, each looked up beside the file
+    that includes it, then in ``spec.include_dirs``."""
+    seen: set[Path] = set()
+    pending = [spec.source]
+    while pending:
+        source = pending.pop()
+        if source in seen:
+            continue
+        seen.add(source)
+        for name in _QUOTE_INCLUDE.findall(source.read_bytes()):
+            for folder in (source.parent, *spec.include_dirs):
+                candidate = (folder / name.decode()).resolve()
+                if candidate.is_file():
+                    pending.append(candidate)
+                    break
+    return seen
+
+
+def clang_options(spec: CompileSpec, arch: int) -> list[str]:
+    """clang's command line for ``spec`` on ``sm_<arch>``, up to its input: shared by the compile and the
+    precompiled NVSHMEM headers it may use. ``library="nvshmem"`` puts NVSHMEM's include folder on the search path."""
     clang, cuda = find_clang(), find_cuda_headers()
+    nvshmem = ["-isystem", str(find_nvshmem().include_dir)] if spec.library == "nvshmem" else []
     includes = [f"-I{d}" for d in spec.include_dirs]
     defines = [f"-D{d}" for d in spec.defines]
     return clang.argv(
         "-x", "cuda", "--cuda-device-only", "-emit-llvm", "-c", "-O3", "-std=c++17",
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
         "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
-        "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(),
-        *includes, *defines, *spec.clang_flags, *extra, str(spec.source), "-o", str(output),
+        "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(), *nvshmem,
+        *includes, *defines, *spec.clang_flags,
     )  # fmt: skip
+
+
+def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The clang command line compiling ``spec`` to NVPTX bitcode for ``sm_<arch>``, ``extra`` last.
+
+    A source that includes ``<nvshmem.h>`` or ``<nvshmemx.h>`` (see :func:`source_files`) gets
+    NVSHMEM's precompiled header, which this builds first when it is not cached; it needs
+    ``library="nvshmem"``, else :class:`RawCompileError` says so. The header is precompiled without
+    the source's include folders and defines, and without ``extra``: clang accepts those on top of
+    it (:data:`DEBUG_FLAGS` included), so one precompiled header per SM and ``clang_flags`` serves
+    every source and the debug compile.
+    """
+    pch: list[str] = []
+    if includes_nvshmem_headers(source_files(spec)):
+        if spec.library != "nvshmem":
+            raise RawCompileError(
+                f"{spec.source} includes NVSHMEM's headers but its @dialect does not say library=\"nvshmem\"; "
+                f"add library=\"nvshmem\" so that NVSHMEM's include folder is searched and NVSHMEM is linked"
+            )
+        headers_only = dataclasses.replace(spec, include_dirs=(), defines=())
+        pch = ["-include-pch", str(precompiled_header(clang_options(headers_only, arch)))]
+    return [*clang_options(spec, arch), *pch, *extra, str(spec.source), "-o", str(output)]
 
 
 def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:
@@ -98,9 +147,11 @@ def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...
         raise RawCompileError(f"clang did not finish within {limit:g} s on {spec.source} (it was stopped; raise "
                               f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}") from e
     if proc.returncode != 0:
-        raise RawCompileError(
-            f"clang failed to compile {spec.source} for sm_{arch}:\n{proc.stderr.strip()}\ncommand: {' '.join(cmd)}"
-        )
+        fix = ""
+        if "-include-pch" in cmd and "since the precompiled header" in proc.stderr:  # a header changed in place
+            fix = f"\nDelete {Path(cmd[cmd.index('-include-pch') + 1]).parent}; the next compile precompiles it again"
+        raise RawCompileError(f"clang failed to compile {spec.source} for sm_{arch}:\n{proc.stderr.strip()}\n"
+                              f"command: {' '.join(cmd)}{fix}")
 
 
 def _check_library(spec: CompileSpec, nvshmem_symbols: list[str]) -> None:

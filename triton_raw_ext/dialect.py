@@ -28,7 +28,7 @@ from pathlib import Path
 from triton.runtime.jit import JITCallable
 
 from .cache import digest
-from .cu_compiler import CompileSpec, RawLibrary, compile_raw_library
+from .cu_compiler import CompileSpec, RawLibrary, compile_raw_library, source_files
 from .errors import RawCompileError
 from .source_watch import Stamp, stamp
 from .toolchain import find_clang, find_cuda_headers
@@ -36,7 +36,6 @@ from .version import code_digest
 
 SUPPORTED_DIALECTS = ("cuda",)
 SUPPORTED_LIBRARIES = ("nvshmem",)
-_QUOTE_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _IMPORT_NAME = re.compile(r"__rawfn_([a-z2-7]+)_([0-9a-f]+)\Z")  # <stub>__rawfn_<base32 fields>_<key digits>
 _KEY_DIGITS = 16
 
@@ -51,19 +50,6 @@ class _KeyContribution(JITCallable):
     @property
     def cache_key(self) -> str:
         return self.hash
-
-
-def _local_includes(source: Path, include_dirs: tuple[Path, ...], seen: set[Path]) -> None:
-    """Add ``source`` and every ``#include "..."`` it reaches in the user's folders to ``seen``."""
-    if source in seen:
-        return
-    seen.add(source)
-    for name in _QUOTE_INCLUDE.findall(source.read_bytes()):
-        for folder in (source.parent, *include_dirs):
-            candidate = (folder / name.decode()).resolve()
-            if candidate.is_file():
-                _local_includes(candidate, include_dirs, seen)
-                break
 
 
 class RawFunction:
@@ -112,9 +98,7 @@ class RawFunction:
         """Digest of the sources (with local includes), flags, toolchain, NVSHMEM and plugin."""
         if not self.spec.source.is_file():
             raise RawCompileError(f"raw function {self.extern_func_name}: {self.spec.source} no longer exists")
-        files: set[Path] = set()
-        _local_includes(self.spec.source, self.spec.include_dirs, files)
-        read = sorted(files) + list(self.spec.libs)
+        read = sorted(source_files(self.spec)) + list(self.spec.libs)
         self.source_stamps = {path: stamp(path) for path in read}  # before reading: a later write shows
         parts: list[str | bytes] = [code_digest(), find_clang().identity, str(find_cuda_headers())]
         parts += [repr((self.spec.clang_flags, [str(d) for d in self.spec.include_dirs], self.spec.defines))]

@@ -10,7 +10,8 @@ Contract:
 
 * ``INPUT`` (and ``--library``) is textual IR (``.ll``), bitcode (``.bc``) or CUDA (``.cu``); a
   ``.cu`` file is compiled for ``sm_<arch>`` by :func:`triton_raw_ext.cu_compiler.compile_to_module`,
-  the plugin's own clang command, with no pass applied.
+  the plugin's own clang command, with no pass applied, as for ``library="nvshmem"`` when it
+  includes NVSHMEM's own headers.
 * The passes named in ``--passes`` run in order on one llvmlite module; ``triton-compat`` works on
   text and must be the last. Without ``--passes`` the input is printed as parsed.
 * Pass options: ``--prefix`` (unique-symbols, required), ``--keep`` (extract-needed, required) and
@@ -154,9 +155,13 @@ def read_module(path: Path, arch: int) -> llvm.ModuleRef:
         raise UsageError(f"{path}: no such file")
     try:
         if path.suffix == ".cu":
-            from .cu_compiler import CompileSpec, compile_to_module
+            from .cu_compiler import CompileSpec, compile_to_module, source_files
+            from .nvshmem_headers import includes_nvshmem_headers
 
-            return compile_to_module(CompileSpec(path.resolve()), arch)
+            spec = CompileSpec(path.resolve())
+            if includes_nvshmem_headers(source_files(spec)):
+                spec = CompileSpec(spec.source, library="nvshmem")
+            return compile_to_module(spec, arch)
         return parse(path.read_bytes(), str(path))
     except (ValueError, RawCompileError) as e:
         raise UsageError(str(e)) from e

@@ -1,8 +1,9 @@
 /* triton-raw-ext: prototypes of NVSHMEM's public device API for raw CUDA functions.
  *
- * Include this instead of <nvshmem.h> in a `.cu` registered with @dialect(..., library="nvshmem").
- * The functions are only declared here; the plugin links NVSHMEM's device bitcode into the kernel
- * after Triton has inlined your code, so a small `.cu` compiles in well under a second.
+ * The light option for a `.cu` registered with @dialect(..., library="nvshmem"): no NVSHMEM header
+ * is read. NVSHMEM's own <nvshmem.h> and <nvshmemx.h> work too (the plugin precompiles them once);
+ * include one or the other. The functions are only declared here; the plugin links NVSHMEM's
+ * device bitcode into the kernel after Triton has inlined your code.
  * Semantics are NVSHMEM's (see its documentation). Written for NVSHMEM 3.4 - 3.8.
  */
 #ifndef TRITON_RAW_NVSHMEM_DEVICE_H
