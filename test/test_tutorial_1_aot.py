@@ -62,12 +62,22 @@ _BRANCH = re.compile(r"^\s*(@!?%p\d+\s+)?bra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
 _SYS_FENCE = re.compile(r"\b(?:membar\.sys|fence\.(?:sc|acq_rel)\.sys)\b")
 
 
+def _entry_lines(ptx: str) -> list[str]:
+    """The lines of the .entry function, up to the brace that closes it (inner scopes nest; the
+    functions after it, NVSHMEM's out-of-line transport code say, are left out)."""
+    lines, depth = ptx[ptx.index(".entry") :].splitlines(), 0
+    for i, line in enumerate(lines):
+        depth += (line.strip() == "{") - (line.strip() == "}")
+        if depth == 0 and line.strip() == "}":
+            return lines[:i]
+    raise AssertionError("the .entry function's braces do not balance")
+
+
 def _entry_cfg(ptx: str) -> tuple[list[list[str]], list[set[int]]]:
     """Basic blocks (lines) of the kernel's .entry function and each block's successors."""
-    start = ptx.index(".entry")
     blocks: list[list[str]] = [[]]
     labels = {}
-    for line in ptx[start : ptx.index("\n}\n", start)].splitlines():
+    for line in _entry_lines(ptx):
         if m := _LABEL.match(line):
             labels[m.group(1)] = len(blocks)
             blocks.append([])
