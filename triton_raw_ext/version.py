@@ -23,7 +23,7 @@ def code_digest() -> str:
     from triton_raw_ext import passes
 
     files = sorted(Path(passes.__file__).parent.glob("*.py"))
-    files += [_PACKAGE / "cu_compiler.py", _PACKAGE / "nvshmem_link.py"]
+    files += [_PACKAGE / "cu_compiler.py", _PACKAGE / "nvshmem_cut.py", _PACKAGE / "nvshmem_link.py"]
     files += sorted((_PACKAGE / "include").rglob("*.h"))
     h = hashlib.sha256(f"{__version__} triton {triton.__version__}".encode())
     for path in files:
