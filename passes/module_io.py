@@ -56,18 +56,10 @@ def function_attributes(fn: llvm.ValueRef) -> str:
     return attrs[0].decode() if attrs else ""
 
 
-def nvptx_target_machine(cpu: str = "sm_90", features: str = "+ptx86") -> llvm.TargetMachine:
+def nvptx_target_machine(cpu: str = "sm_90") -> llvm.TargetMachine:
     init_llvm()
     target = llvm.Target.from_triple("nvptx64-nvidia-cuda")
-    return target.create_target_machine(cpu=cpu, features=features, opt=3)
-
-
-def optimize(mod: llvm.ModuleRef, level: int = 3, cpu: str = "sm_90") -> None:
-    """Run LLVM's standard -O<level> module pipeline for NVPTX on ``mod`` in place."""
-    tm = nvptx_target_machine(cpu)
-    pto = llvm.create_pipeline_tuning_options(speed_level=level)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    return target.create_target_machine(cpu=cpu, features="+ptx86", opt=3)
 
 
 def global_dce(mod: llvm.ModuleRef) -> None:

@@ -3,7 +3,8 @@
 After Triton has inlined the raw functions and optimized the kernel, the kernel's LLVM IR still
 declares the NVSHMEM functions it calls. :func:`link_nvshmem` links exactly those, cut from NVSHMEM's
 device bitcode for the target SM and cached (:mod:`triton_raw_ext.nvshmem_cut`), and hands Triton
-text IR it can read.
+text IR it can read. ``link-library`` inlines NVSHMEM into the kernel and simplifies the kernel
+with it, without the whole -O3 that would re-optimize NVSHMEM's large out-of-line functions.
 """
 
 from __future__ import annotations
