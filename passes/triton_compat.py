@@ -21,6 +21,8 @@ import re
 
 from triton_raw_ext.triton_version import LEGACY_LLVM
 
+# LLVM prints function and call-site attributes in groups at the end; only those lines are edited.
+_ATTRIBUTE_GROUP = re.compile(r"^attributes #\d+ = \{.*\}$", re.MULTILINE)
 _TARGET_ATTRIBUTES = re.compile(r'\s*(?:"target-cpu"="[^"]*"|"target-features"="[^"]*")')
 _NEW_ATTRIBUTES = re.compile(r"\s*\bnocreateundeforpoison\b")
 _ACCESS_BITS = {"none": 0, "read": 1, "write": 2, "readwrite": 3}
@@ -67,10 +69,12 @@ def triton_compat(text: str, drop_flags: bool = True, legacy_llvm: bool = LEGACY
 
     ``legacy_llvm`` defaults to whether the installed Triton is 3.6.
     """
-    text = _TARGET_ATTRIBUTES.sub("", text)
-    if legacy_llvm:
-        text = _NEW_ATTRIBUTES.sub("", text)
-        text = re.sub(r"memory\(([^)]*)\)", _clean_memory, text)
-    if drop_flags:
-        text = _drop_module_flags(text, _DROPPED_FLAGS)
-    return re.sub(r"attributes (#\d+) = \{\s+\}", r"attributes \1 = { nounwind }", text)
+    def edit_group(m: re.Match[str]) -> str:
+        group = _TARGET_ATTRIBUTES.sub("", m.group(0))
+        if legacy_llvm:
+            group = _NEW_ATTRIBUTES.sub("", group)
+            group = re.sub(r"memory\(([^)]*)\)", _clean_memory, group)
+        return re.sub(r"\{\s+\}$", "{ nounwind }", group)  # an empty group does not parse
+
+    text = _ATTRIBUTE_GROUP.sub(edit_group, text)
+    return _drop_module_flags(text, _DROPPED_FLAGS) if drop_flags else text

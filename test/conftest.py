@@ -36,8 +36,24 @@ def has_nvshmem() -> bool:
     return find_nvshmem(required=False) is not None
 
 
+def has_per_sm_nvshmem() -> bool:
+    """Whether the NVSHMEM found ships per-SM device bitcode for sm_90 (3.7 and newer), not the unified file."""
+    from triton_raw_ext.errors import RawCompileError
+    from triton_raw_ext.nvshmem_install import find_nvshmem
+
+    install = find_nvshmem(required=False)
+    try:
+        return install is not None and install.bitcode_for(90).name.startswith("libnvshmem_device_sm_")
+    except RawCompileError:
+        return False
+
+
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs a CUDA GPU (none visible)")
 requires_nvshmem = pytest.mark.skipif(not has_nvshmem(), reason="needs NVSHMEM (pip install nvidia-nvshmem-cu13)")
+requires_per_sm_nvshmem = pytest.mark.skipif(
+    not has_per_sm_nvshmem(),
+    reason="needs an NVSHMEM with per-SM device bitcode (`pip install 'nvidia-nvshmem-cu13>=3.7'`, or NVSHMEM_HOME)",
+)
 
 
 def aot(fn, signature: dict[str, str], constexprs: dict[str, object] | None = None, **options):

@@ -6,12 +6,17 @@ import re
 
 import pytest
 import triton
-from conftest import aot, assert_raw_inlined, requires_nvshmem
+from conftest import aot, assert_raw_inlined, requires_nvshmem, requires_per_sm_nvshmem
 from kernels import raw_kernels as k
+
+from triton_raw_ext import nvshmem_cut
+from triton_raw_ext.toolchain import find_llvm_link
+
+RING_SIGNATURE = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
 
 
 def _no_nvshmem(compiled) -> None:
-    assert "nvshmem" not in compiled.asm["ptx"]
+    assert not re.search(r"\bnvshmem[ix]?_", compiled.asm["ptx"])  # symbols; the PTX's file paths may say nvshmem
     assert "raw_nvshmem" not in compiled.metadata._asdict()
 
 
@@ -81,8 +86,7 @@ def test_all_abi_types():
 
 @requires_nvshmem
 def test_nvshmem_kernel_links_nvshmem_once():
-    sig = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
-    c = aot(k.ring_kernel, sig, {"BLOCK": 128})
+    c = aot(k.ring_kernel, RING_SIGNATURE, {"BLOCK": 128})
     assert_raw_inlined(c)
     ptx = c.asm["ptx"]
     state = re.search(r"\.visible \.(?:global|const) .*nvshmemi_device_state_d\[", ptx)
@@ -103,3 +107,24 @@ def test_nvshmem_put_get_kernel_links_block_put_and_get():
     assert {"nvshmemx_putmem_block", "nvshmemx_getmem_block", "nvshmem_barrier_all"} <= set(c.metadata.raw_nvshmem)
     externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", c.asm["ptx"]))
     assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"
+
+
+@requires_per_sm_nvshmem
+@pytest.mark.parametrize("route", ["llvm-link", "llvmlite"])
+def test_nvshmem_kernel_links_per_sm_bitcode(route, tmp_path, monkeypatch):
+    """NVSHMEM 3.7 and newer ship one bitcode file per SM, with the IBGDA and GPUNetIO transports in it;
+    a first compile cuts it with llvm-link, or without one with llvmlite."""
+    if route == "llvm-link" and find_llvm_link() is None:
+        pytest.skip("no llvm-link of llvmlite's LLVM version (apt-get install llvm-22)")
+    if route == "llvmlite":
+        monkeypatch.setattr(nvshmem_cut, "find_llvm_link", lambda: None)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # a first compile: nothing cached
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    c = aot(k.put_pe_kernel, {"slot": "*i32"})
+    assert_raw_inlined(c)
+    assert set(c.metadata.raw_nvshmem) == {"nvshmem_int_p", "nvshmem_my_pe", "nvshmem_n_pes"}
+    ptx = c.asm["ptx"]
+    for state in ("nvshmemi_device_state_d", "nvshmemi_ibgda_device_state_d", "nvshmemi_gpunetio_device_state_d"):
+        assert len(re.findall(rf"\.visible \.\w+ .*\b{state}\[", ptx)) == 1, f"{state} must be visible once"
+    externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", ptx))
+    assert externs <= {"__assertfail", "vprintf"}, f"unresolved functions: {externs}"

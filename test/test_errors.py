@@ -13,7 +13,7 @@ from conftest import KERNELS, aot, aot_error, requires_nvshmem
 
 import triton_raw_ext.language as raw
 from triton_raw_ext import RawCompileError, dialect, knobs, nvshmem_install
-from triton_raw_ext.toolchain import find_clang
+from triton_raw_ext.toolchain import find_clang, find_llvm_link
 
 SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}
 
@@ -49,6 +49,24 @@ def test_clang_too_old(fresh_clang, tmp_path):
     knobs.clang = str(fake)
     with pytest.raises(RawCompileError, match=r"is clang 14; clang >= 20 is needed.*clang-22"):
         find_clang()
+
+
+@pytest.fixture
+def fresh_llvm_link():
+    yield
+    knobs.llvm_link = None
+
+
+def test_llvm_link_of_another_llvm_is_refused(fresh_llvm_link, tmp_path):
+    fake = tmp_path / "llvm-link"
+    fake.write_text("#!/bin/sh\necho 'LLVM (http://llvm.org/):'\necho '  LLVM version 14.0.6'\n")
+    fake.chmod(0o755)
+    knobs.llvm_link = str(fake)
+    with pytest.raises(RawCompileError, match=r"TRITON_RAW_LLVM_LINK=.* is LLVM 14.0.6; install LLVM \d+'s llvm-link"):
+        find_llvm_link()
+    knobs.llvm_link = "/nonexistent/llvm-link"
+    with pytest.raises(RawCompileError, match=r"/nonexistent/llvm-link does not run as llvm-link.*apt-get"):
+        find_llvm_link()
 
 
 def test_clang_missing_reaches_the_kernel_compile(fresh_clang):

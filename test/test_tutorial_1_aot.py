@@ -45,7 +45,7 @@ def test_every_kernel_compiles_for_sm90(name):
 def test_local_kernel_is_vectorised_and_free_of_nvshmem():
     src, warps = aot.variant(Algorithm.LOCAL, 1, 8192, "bf16")
     ptx = _compile(src, warps).asm["ptx"]
-    assert "nvshmem" not in ptx
+    assert not re.search(r"\bnvshmem[ix]?_", ptx)  # symbols; the PTX's file paths may say nvshmem
     assert len(re.findall(r"ld\.global[\w:.]*\.v4\.b32", ptx)) >= 3  # x, residual, weight
     assert len(re.findall(r"st\.global[\w:.]*\.v4\.b32", ptx)) >= 2  # norm_out, residual_out
     assert not re.search(r"ld\.global[\w:.]*\.b16", ptx)  # no scalar 2-byte accesses

@@ -1,7 +1,8 @@
 """``triton-raw doctor``: what the plugin finds on this machine, and how to fix what is missing.
 
 Contract: every probe reuses the plugin's own discovery (:func:`~.toolchain.find_clang`,
-:func:`~.toolchain.find_cuda_headers`, :func:`~.nvshmem_install.find_nvshmem`, :func:`~.cache.cache_dir`),
+:func:`~.toolchain.find_cuda_headers`, :func:`~.toolchain.find_llvm_link`,
+:func:`~.nvshmem_install.find_nvshmem`, :func:`~.cache.cache_dir`),
 so the report shows exactly what a compile would use. Each component is reported with its facts; a
 missing or broken one also with the problem and the fix (an install command). ``--json`` prints the
 same as one JSON object. ``--check`` also AOT-compiles a tiny raw-function kernel for
@@ -10,7 +11,7 @@ not touched) and reports the time.
 
 Exit status: 0 when the compile path is usable (Triton with its ptxas, llvmlite, clang, CUDA headers,
 the backend hook, and with ``--check`` a successful compile), 1 otherwise. NVSHMEM and a GPU are
-optional: reported, never a failure.
+optional: reported, never a failure; so is llvm-link (without it NVSHMEM's first compiles are slower).
 """
 
 from __future__ import annotations
@@ -148,6 +149,25 @@ def probe_llvmlite() -> Component:
 
     facts: Facts = {"version": llvmlite.__version__, "llvm": ".".join(map(str, llvm.llvm_version_info))}
     return Component("llvmlite", True, True, facts)
+
+
+def probe_llvm_link() -> Component:
+    """The llvm-link that cuts NVSHMEM's device bitcode; without it llvmlite does, more slowly."""
+    from .toolchain import find_llvm_link, llvm_link_install_hint
+
+    fix = llvm_link_install_hint()
+    slower = ("NVSHMEM's device bitcode is then cut with llvmlite, which parses the whole file: "
+              "6-8 s on a kernel's first use of NVSHMEM per release")
+    try:
+        tool = find_llvm_link()
+    except RawCompileError as e:
+        problem = f"{_problem(e, fix)} (kernels using NVSHMEM fail to compile until it is fixed or unset)"
+        return Component("llvm_link", False, False, problem=problem, fix=fix)
+    if tool is None:
+        return Component("llvm_link", False, False, problem=f"no llvm-link found ({slower})", fix=fix)
+    routes = {"knob": "TRITON_RAW_LLVM_LINK / knobs.llvm_link", "clang": "beside clang", "path": "PATH"}
+    facts: Facts = {"version": ".".join(map(str, tool.version)), "route": routes[tool.route], "path": tool.path}
+    return Component("llvm_link", False, True, facts)
 
 
 def _describe_bitcode(bitcodes: dict[int | None, Path]) -> dict[str, str]:
@@ -373,6 +393,7 @@ def collect(check: bool) -> list[Component]:
         probe_clang(),
         probe_cuda_headers(),
         probe_llvmlite(),
+        probe_llvm_link(),
         probe_nvshmem(target_arch(gpu)),
         probe_cache(),
         probe_backend_hook(),
@@ -440,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = commands.add_parser(
         "doctor",
         help="report the toolchain the plugin finds and how to fix what is missing",
-        description="Report Triton, clang, CUDA headers, llvmlite, NVSHMEM, the plugin cache, the backend "
+        description="Report Triton, clang, CUDA headers, llvmlite, llvm-link, NVSHMEM, the plugin cache, the backend "
         "hook and the GPU as the plugin finds them, with the fix for each missing piece. Exit status 0 "
         "when raw CUDA functions can be compiled, else 1.",
     )

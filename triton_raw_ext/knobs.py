@@ -12,7 +12,7 @@ import os
 class _Knobs:
     """Attribute access reads the override if set, else the environment variable."""
 
-    _env = {"clang": "TRITON_RAW_CLANG", "cache_dir": "TRITON_RAW_CACHE_DIR",
+    _env = {"clang": "TRITON_RAW_CLANG", "llvm_link": "TRITON_RAW_LLVM_LINK", "cache_dir": "TRITON_RAW_CACHE_DIR",
             "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S"}
 
     def __init__(self) -> None:
@@ -35,9 +35,10 @@ class _Knobs:
             self._overrides.pop(name, None)  # back to the environment variable
         else:
             self._overrides[name] = value
-        from .toolchain import find_clang
+        from .toolchain import find_clang, find_llvm_link
 
         find_clang.cache_clear()
+        find_llvm_link.cache_clear()
 
 
 knobs = _Knobs()

