@@ -132,3 +132,18 @@ def test_an_unknown_symbol_is_named(route, fake_nvshmem, monkeypatch):
     _use(route, monkeypatch)
     with pytest.raises(RawCompileError, match=r"does not define nvshmem_nope; check the names"):
         nvshmem_cut.nvshmem_subset(90, ["nvshmem_int_p", "nvshmem_nope"])
+
+
+def test_a_stuck_llvm_link_is_stopped(fake_nvshmem, monkeypatch, tmp_path):
+    stuck = tmp_path / "llvm-link"
+    major = llvm.llvm_version_info[0]
+    stuck.write_text(f'#!/bin/sh\n[ "$1" = --version ] && echo "LLVM version {major}.1.0" && exit 0\nexec sleep 30\n')
+    stuck.chmod(0o755)
+    monkeypatch.setenv("TRITON_RAW_LLVM_LINK", str(stuck))
+    monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "1")
+    find_llvm_link.cache_clear()
+    try:
+        with pytest.raises(RawCompileError, match=r"llvm-link did not finish within 1 s .*TRITON_RAW_TOOL_TIMEOUT_S"):
+            nvshmem_cut.nvshmem_subset(90, ["nvshmem_int_p"])
+    finally:
+        find_llvm_link.cache_clear()

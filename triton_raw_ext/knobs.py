@@ -1,7 +1,7 @@
 """Settings a user may change from Python; each defaults to its environment variable.
 
 ``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``;
-``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang and nvcc run.
+``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc and llvm-link run.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ DEFAULT_TOOL_TIMEOUT_S = 600.0
 
 
 def tool_timeout_s() -> float:
-    """Seconds an external tool (clang, nvcc) may run before it is killed: ``knobs.tool_timeout_s``
+    """Seconds an external tool (clang, nvcc, llvm-link) may run before it is killed: ``knobs.tool_timeout_s``
     (``TRITON_RAW_TOOL_TIMEOUT_S``), default 600."""
     value = knobs.tool_timeout_s
     if value is None:
