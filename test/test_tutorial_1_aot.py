@@ -21,7 +21,7 @@ triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")
 
 from arn_plan import Algorithm, Push  # noqa: E402
-from conftest import assert_no_spills, load_tutorial_aot  # noqa: E402
+from conftest import assert_no_spills, has_per_sm_nvshmem, load_tutorial_aot  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 aot = load_tutorial_aot("01-allreduce-rmsnorm")
@@ -154,6 +154,9 @@ def test_store_push_writes_peers_in_16_byte_vectors(algo, world):
     assert stores(Push.STORES) > stores(Push.PUTS)
 
 
+@pytest.mark.xfail(has_per_sm_nvshmem(), strict=True,
+                   reason="NVSHMEM 3.7/3.8's per-SM bitcode inlines its run-time-selected IBGDA/GPUNetIO paths "
+                          "into the puts and waits: the one-shot kernel spills 32-188 bytes with it")
 @pytest.mark.parametrize("push", list(Push))
 @pytest.mark.parametrize("hidden", [512, 2048, 4096, 8192, 16384])
 def test_oneshot_kernels_do_not_spill(hidden, push, tmp_path):
