@@ -30,7 +30,7 @@ from pathlib import Path
 
 from triton_raw_ext.cache import digest, get_or_build
 from triton_raw_ext.errors import RawRuntimeError
-from triton_raw_ext.knobs import tool_timeout_s
+from triton_raw_ext.knobs import run_tool
 from triton_raw_ext.nvshmem_install import find_nvshmem
 
 CACHE_KIND = "host_lib"
@@ -142,15 +142,11 @@ def compile_into(build: HostBuild, folder: Path) -> None:
     """Run nvcc to produce ``folder/lib<name>.so`` atomically; raise with nvcc's output on failure."""
     tmp = folder / f".{build.library_name}.{os.getpid()}.tmp"
     cmd = build.command(tmp)
-    limit = tool_timeout_s()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired as exc:
+        proc = run_tool("nvcc", cmd, f"building {build.source}", RawRuntimeError)
+    except RawRuntimeError:
         tmp.unlink(missing_ok=True)
-        raise RawRuntimeError(
-            f"nvcc did not finish within {limit:g} s building {build.source} (it was stopped; raise "
-            f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}"
-        ) from exc
+        raise
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         output = (proc.stderr + proc.stdout).strip()

@@ -87,7 +87,7 @@ def test_stale_precompiled_header_names_the_fix(tmp_path, monkeypatch):
     pch = Path(cmd[cmd.index("-include-pch") + 1])
     refusal = (f"fatal error: file '/usr/local/cuda/include/cuda.h' has been modified since the precompiled header "
                f"'{pch}' was built: size changed (was 1, now 2)")  # fmt: skip
-    monkeypatch.setattr(cu_compiler.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", refusal))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", refusal))
     with pytest.raises(RawCompileError, match=f"Delete {re.escape(str(pch.parent))};"):
         cu_compiler.compile_to_module(spec, 90, tmp_path)
 

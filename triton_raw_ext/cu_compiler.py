@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import json
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from triton_raw_ext.passes.module_io import declared_functions, load
 from .cache import digest, get_or_build, write_atomic
 from .debug_types import pointee_types
 from .errors import RawCompileError
-from .knobs import tool_timeout_s
+from .knobs import run_tool
 from .nvshmem_headers import includes_nvshmem_headers, precompiled_header
 from .nvshmem_install import NVSHMEM_PREFIXES, find_nvshmem
 from .toolchain import find_clang, find_cuda_headers
@@ -140,12 +139,7 @@ def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, 
 
 def _run_clang(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> None:
     cmd = clang_command(spec, arch, output, extra)
-    limit = tool_timeout_s()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired as e:
-        raise RawCompileError(f"clang did not finish within {limit:g} s on {spec.source} (it was stopped; raise "
-                              f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}") from e
+    proc = run_tool("clang", cmd, f"on {spec.source}", RawCompileError)
     if proc.returncode != 0:
         fix = ""
         if "-include-pch" in cmd and "since the precompiled header" in proc.stderr:  # a header changed in place

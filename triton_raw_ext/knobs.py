@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 
 class _Knobs:
@@ -58,3 +59,15 @@ def tool_timeout_s() -> float:
     if seconds <= 0:
         raise ValueError(f"TRITON_RAW_TOOL_TIMEOUT_S={value!r}: give a positive number of seconds")
     return seconds
+
+
+def run_tool(tool: str, command: list[str], subject: str, error: type[Exception]) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` (external ``tool``, output captured as text) bounded by :func:`tool_timeout_s`; a
+    run past it is stopped and raises ``error`` naming the tool, ``subject`` (what it worked on) and
+    the setting."""
+    limit = tool_timeout_s()
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired as e:
+        raise error(f"{tool} did not finish within {limit:g} s {subject} (it was stopped; raise "
+                    f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(command)}") from e

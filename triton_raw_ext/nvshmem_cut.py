@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from triton_raw_ext.passes.module_io import declared_functions, load
 
 from .cache import digest, get_or_build, write_atomic
 from .errors import RawCompileError
-from .knobs import tool_timeout_s
+from .knobs import run_tool
 from .nvshmem_install import file_digest, find_nvshmem
 from .toolchain import LlvmLink, find_llvm_link, llvm_link_install_hint
 from .version import code_digest
@@ -89,12 +88,7 @@ def _cut_with_llvm_link(tool: LlvmLink, bitcode: Path, symbols: list[str]) -> ll
         roots, cut = Path(tmp) / "roots.ll", Path(tmp) / "cut.bc"
         roots.write_text(_roots_module(symbols))
         command = [tool.path, "--only-needed", str(roots), str(bitcode), "-o", str(cut)]
-        limit = tool_timeout_s()
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=limit)
-        except subprocess.TimeoutExpired as e:
-            raise RawCompileError(f"llvm-link did not finish within {limit:g} s on {bitcode} (it was stopped; "
-                                  f"raise TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(command)}") from e
+        proc = run_tool("llvm-link", command, f"on {bitcode}", RawCompileError)
         if proc.returncode != 0:
             raise RawCompileError(
                 f"{tool.path} (LLVM {'.'.join(map(str, tool.version))}) could not cut {bitcode}: "

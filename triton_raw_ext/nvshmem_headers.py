@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from .cache import digest, get_or_build
 from .errors import RawCompileError
-from .knobs import tool_timeout_s
+from .knobs import run_tool
 from .nvshmem_install import find_nvshmem, identity
 from .toolchain import find_clang, find_cuda_headers
 from .version import code_digest
@@ -62,9 +61,8 @@ def _build(options: list[str], folder: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{PCH_FILE}.", suffix=".tmp")
     os.close(fd)
     cmd = [*options, *PCH_FLAGS, str(HEADER), "-o", tmp]
-    limit = tool_timeout_s()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        proc = run_tool("clang", cmd, "precompiling NVSHMEM's headers", RawCompileError)
         if proc.returncode != 0:
             raise RawCompileError(
                 f"clang cannot read NVSHMEM {find_nvshmem().version_str}'s headers (<nvshmem.h>, <nvshmemx.h>):\n"
@@ -72,8 +70,5 @@ def _build(options: list[str], folder: Path) -> None:
                 f"Include the plugin's prototypes, #include <triton_raw/nvshmem_device.h>, instead"
             )
         os.replace(tmp, folder / PCH_FILE)
-    except subprocess.TimeoutExpired as e:
-        raise RawCompileError(f"clang did not precompile NVSHMEM's headers within {limit:g} s (it was stopped; raise "
-                              f"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer): {' '.join(cmd)}") from e
     finally:
         Path(tmp).unlink(missing_ok=True)
