@@ -75,6 +75,13 @@ def assert_raw_inlined(compiled) -> None:
     assert compiled.asm["cubin"][:4] == ELF_MAGIC
 
 
+def stub_in(folder: Path):
+    """A Python stub whose defining file is in ``folder`` (paths in @dialect resolve against it)."""
+    namespace: dict = {}
+    exec(compile("def f(x): ...\n", str(folder / "stub.py"), "exec"), namespace)
+    return namespace["f"]
+
+
 def aot_error(fn, signature: dict[str, str], constexprs: dict[str, object] | None = None) -> str:
     """Compile ``fn`` as :func:`aot` does and return the text of the error it must raise (and its cause)."""
     with pytest.raises(Exception) as info:  # Triton wraps errors from builtins in CompilationError

@@ -14,18 +14,11 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, aot, aot_error
+from conftest import KERNELS, aot, aot_error, stub_in
 
 from triton_raw_ext import RawCompileError, dialect
 
 FRONT = "front-door-device.cu"
-
-
-def _stub_in(folder: Path):
-    """A Python stub whose defining file is in ``folder`` (paths in @dialect resolve against it)."""
-    namespace: dict = {}
-    exec(compile("def f(x): ...\n", str(folder / "stub.py"), "exec"), namespace)
-    return namespace["f"]
 
 
 # ---- where the cache lives ------------------------------------------------------------------------
@@ -78,7 +71,7 @@ def test_file_must_be_a_path_string():
 def test_file_that_is_a_folder(tmp_path):
     (tmp_path / "src").mkdir()
     with pytest.raises(RawCompileError, match=r"file 'src' is a folder .*; name the \.cu source inside it"):
-        dialect(name="cuda", file="src")(_stub_in(tmp_path))
+        dialect(name="cuda", file="src")(stub_in(tmp_path))
 
 
 @pytest.mark.parametrize("flag, why", [
@@ -245,7 +238,7 @@ def test_hanging_clang_is_stopped_and_frees_the_cache_entry(tmp_path, monkeypatc
     monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "cache"))
     knobs.clang = str(clang)
     try:
-        fn = dialect(name="cuda", file="f.cu")(_stub_in(tmp_path))
+        fn = dialect(name="cuda", file="f.cu")(stub_in(tmp_path))
         for _ in range(2):  # the second try takes the lock the first one held: it was released
             with pytest.raises(RawCompileError, match=r"clang did not finish within 1 s on .*f\.cu .*raise "
                                                       r"TRITON_RAW_TOOL_TIMEOUT_S if it needs longer"):

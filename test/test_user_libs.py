@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import KERNELS, aot, requires_gpu
+from conftest import KERNELS, aot, requires_gpu, stub_in
 
 from triton_raw_ext import RawCompileError, dialect
 from triton_raw_ext.cu_compiler import CompileSpec, clang_command
@@ -62,20 +62,13 @@ def test_editing_the_user_library_recompiles(userlib):
 def test_bad_user_library_names_the_file(tmp_path):
     (tmp_path / "f.cu").write_text('extern "C" __device__ float f(float x) { return x; }\n')
     (tmp_path / "notes.txt").write_text("not bitcode")
-    stub = _stub_in(tmp_path)
+    stub = stub_in(tmp_path)
     with pytest.raises(RawCompileError, match=r"libs entry .*notes\.txt is not a \.bc or \.ll file"):
         dialect(name="cuda", file="f.cu", libs=["notes.txt"])(stub)
     (tmp_path / "host.ll").write_text('target triple = "x86_64-unknown-linux-gnu"\ndefine i32 @g() {\n  ret i32 0\n}\n')
     fn = dialect(name="cuda", file="f.cu", libs=["host.ll"])(stub)
     with pytest.raises(RawCompileError, match=r"host\.ll targets x86_64-unknown-linux-gnu, not nvptx64"):
         fn.library(90)
-
-
-def _stub_in(folder: Path):
-    """A Python stub whose defining file is in ``folder`` (paths in @dialect resolve against it)."""
-    namespace: dict = {}
-    exec(compile("def f(x): ...\n", str(folder / "stub.py"), "exec"), namespace)
-    return namespace["f"]
 
 
 @requires_gpu
