@@ -7,6 +7,7 @@ to its function.
 from .abi_wrappers import abi_wrappers
 from .extract_needed import extract_needed
 from .link_library import link_library
+from .pin_device_transport import pin_device_transport
 from .triton_compat import triton_compat
 from .unique_symbols import unique_symbols
 
@@ -15,7 +16,11 @@ PASSES = {
     "unique-symbols": unique_symbols,
     "extract-needed": extract_needed,
     "link-library": link_library,
+    "pin-device-transport": pin_device_transport,
     "triton-compat": triton_compat,
 }
 
-__all__ = ["PASSES", "abi_wrappers", "extract_needed", "link_library", "triton_compat", "unique_symbols"]
+__all__ = [
+    "PASSES", "abi_wrappers", "extract_needed", "link_library", "pin_device_transport", "triton_compat",
+    "unique_symbols",
+]

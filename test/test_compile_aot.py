@@ -10,6 +10,7 @@ from conftest import aot, assert_raw_inlined, requires_nvshmem, requires_per_sm_
 from kernels import raw_kernels as k
 
 from triton_raw_ext import nvshmem_cut
+from triton_raw_ext.knobs import nvshmem_transports
 from triton_raw_ext.toolchain import find_llvm_link
 
 RING_SIGNATURE = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
@@ -110,16 +111,18 @@ def test_nvshmem_put_get_kernel_links_block_put_and_get():
 
 
 @requires_per_sm_nvshmem
-@pytest.mark.parametrize("route", ["llvm-link", "llvmlite"])
-def test_nvshmem_kernel_links_per_sm_bitcode(route, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("route", "transports"), [("llvm-link", "proxy"), ("llvmlite", "proxy"), ("llvm-link", "all")])
+def test_nvshmem_kernel_links_per_sm_bitcode(route, transports, tmp_path, monkeypatch):
     """NVSHMEM 3.7 and newer ship one bitcode file per SM, with the IBGDA and GPUNetIO transports in it;
-    a first compile cuts it with llvm-link, or without one with llvmlite."""
+    a first compile cuts it with llvm-link, or without one with llvmlite. Compiled for the proxy
+    transport only, the kernel keeps none of their code and traps if a job selects one of them."""
     if route == "llvm-link" and find_llvm_link() is None:
         pytest.skip("no llvm-link of llvmlite's LLVM version (apt-get install llvm-22)")
     if route == "llvmlite":
         monkeypatch.setattr(nvshmem_cut, "find_llvm_link", lambda: None)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # a first compile: nothing cached
     monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    monkeypatch.setenv("TRITON_RAW_NVSHMEM_TRANSPORTS", transports)
     c = aot(k.put_pe_kernel, {"slot": "*i32"})
     assert_raw_inlined(c)
     assert set(c.metadata.raw_nvshmem) == {"nvshmem_int_p", "nvshmem_my_pe", "nvshmem_n_pes"}
@@ -128,3 +131,34 @@ def test_nvshmem_kernel_links_per_sm_bitcode(route, tmp_path, monkeypatch):
         assert len(re.findall(rf"\.visible \.\w+ .*\b{state}\[", ptx)) == 1, f"{state} must be visible once"
     externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", ptx))
     assert externs <= {"__assertfail", "vprintf"}, f"unresolved functions: {externs}"
+    device_initiated = re.findall(r"\[nvshmemi_(?:ibgda|gpunetio)_device_state_d\b", ptx)
+    pinned = "compiled for the proxy transport only" in _ptx_strings(ptx)
+    assert (bool(device_initiated), pinned) == ((False, True) if transports == "proxy" else (True, False))
+
+
+def _ptx_strings(ptx: str) -> str:
+    """The text of the PTX's byte-array constants (printf formats), decoded."""
+    arrays = re.findall(r"\.b8 [\w$]+\[\d+\] = \{([\d, ]+)\}", ptx)
+    return "\n".join(bytes(int(b) for b in body.split(",")).decode("latin-1") for body in arrays)
+
+
+@pytest.mark.parametrize(("environment", "expected"), [
+    ({}, "proxy"),
+    ({"NVSHMEM_IB_ENABLE_IBGDA": "1"}, "all"),
+    ({"NVSHMEM_IB_ENABLE_IBGDA": "false"}, "proxy"),
+    ({"NVSHMEM_REMOTE_TRANSPORT": "gpunetio", "NVSHMEM_GPUNETIO_ENABLE_GDAKI": "1"}, "all"),
+    ({"NVSHMEM_IB_ENABLE_IBGDA": "1", "TRITON_RAW_NVSHMEM_TRANSPORTS": "proxy"}, "proxy"),
+])  # fmt: skip
+def test_nvshmem_transports_follow_nvshmem_environment(environment, expected, monkeypatch):
+    for name in ("NVSHMEM_IB_ENABLE_IBGDA", "NVSHMEM_REMOTE_TRANSPORT", "NVSHMEM_GPUNETIO_ENABLE_GDAKI",
+                 "TRITON_RAW_NVSHMEM_TRANSPORTS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert nvshmem_transports() == expected
+
+
+def test_nvshmem_transports_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TRITON_RAW_NVSHMEM_TRANSPORTS", "ibgda")
+    with pytest.raises(ValueError, match="TRITON_RAW_NVSHMEM_TRANSPORTS='ibgda': use one of all, proxy"):
+        nvshmem_transports()

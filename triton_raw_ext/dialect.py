@@ -105,9 +105,10 @@ class RawFunction:
         for path in read:
             parts += [str(path), path.read_bytes()]
         if self.spec.library == "nvshmem":
+            from .knobs import nvshmem_transports
             from .nvshmem_install import find_nvshmem, identity
 
-            parts.append(identity(find_nvshmem()))
+            parts += [identity(find_nvshmem()), nvshmem_transports()]
         return digest(*parts)
 
     @property

@@ -1,7 +1,9 @@
 """Settings a user may change from Python; each defaults to its environment variable.
 
 ``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``;
-``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc and llvm-link run.
+``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc and llvm-link run;
+``knobs.nvshmem_transports`` (``TRITON_RAW_NVSHMEM_TRANSPORTS``) says which NVSHMEM device transports
+kernels are compiled for (:func:`nvshmem_transports`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ class _Knobs:
     """Attribute access reads the override if set, else the environment variable."""
 
     _env = {"clang": "TRITON_RAW_CLANG", "llvm_link": "TRITON_RAW_LLVM_LINK", "cache_dir": "TRITON_RAW_CACHE_DIR",
-            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S"}
+            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S", "nvshmem_transports": "TRITON_RAW_NVSHMEM_TRANSPORTS"}
 
     def __init__(self) -> None:
         self._overrides: dict[str, str | None] = {}
@@ -59,6 +61,27 @@ def tool_timeout_s() -> float:
     if seconds <= 0:
         raise ValueError(f"TRITON_RAW_TOOL_TIMEOUT_S={value!r}: give a positive number of seconds")
     return seconds
+
+
+NVSHMEM_TRANSPORTS = ("all", "proxy")
+_NVSHMEM_FALSE = ("", "0", "n", "no", "f", "false", "off")
+
+
+def nvshmem_transports() -> str:
+    """``"all"`` or ``"proxy"``: whether NVSHMEM device code keeps the device-initiated network
+    transports (IBGDA, GPUNetIO GDAKI) or only the proxy one. ``knobs.nvshmem_transports`` when set;
+    else ``"all"`` if NVSHMEM's own environment enables one of them (``NVSHMEM_IB_ENABLE_IBGDA``,
+    ``NVSHMEM_GPUNETIO_ENABLE_GDAKI``, ``NVSHMEM_REMOTE_TRANSPORT=gpunetio``), else ``"proxy"``."""
+    value = knobs.nvshmem_transports
+    if value is not None:
+        if value not in NVSHMEM_TRANSPORTS:
+            raise ValueError(f"TRITON_RAW_NVSHMEM_TRANSPORTS={value!r}: use one of {', '.join(NVSHMEM_TRANSPORTS)}")
+        return value
+    device_initiated = any(
+        os.environ.get(name, "").strip().lower() not in _NVSHMEM_FALSE
+        for name in ("NVSHMEM_IB_ENABLE_IBGDA", "NVSHMEM_GPUNETIO_ENABLE_GDAKI")
+    ) or os.environ.get("NVSHMEM_REMOTE_TRANSPORT", "").strip().lower() in ("gpunetio", "ibgda")
+    return "all" if device_initiated else "proxy"
 
 
 def run_tool(tool: str, command: list[str], subject: str, error: type[Exception]) -> subprocess.CompletedProcess[str]:

@@ -3,8 +3,11 @@
 Contract: :func:`nvshmem_subset` returns the path of text IR (``subset.ll``) that defines the named
 NVSHMEM functions and everything they reach (the libdevice functions included); NVSHMEM's state
 globals (:data:`STATE_GLOBALS`) are defined and external, every other symbol is internal, and the
-``nvvm-reflect-ftz`` module flag is gone (the kernel brings Triton's). Built once per (bitcode file
-digest, SM, symbols, plugin code) under ``nvshmem_subset/``; an unknown symbol is an error naming it.
+``nvvm-reflect-ftz`` module flag is gone (the kernel brings Triton's). Unless kernels are compiled for
+all NVSHMEM device transports (:func:`~.knobs.nvshmem_transports`), the cut is pinned to the proxy
+transport (``pin-device-transport``) and simplified: per-SM releases otherwise bring IBGDA and
+GPUNetIO code into every kernel that puts or gets. Built once per (bitcode file digest, SM, symbols,
+transports, plugin code) under ``nvshmem_subset/``; an unknown symbol is an error naming it.
 
 The cut is made by llvm-link when :func:`~.toolchain.find_llvm_link` finds one: with
 ``--only-needed`` it loads bitcode lazily and reads only what the symbols reach (well under a second
@@ -23,12 +26,19 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from triton_raw_ext.passes import extract_needed, triton_compat
-from triton_raw_ext.passes.module_io import declared_functions, load
+from triton_raw_ext.passes import extract_needed, pin_device_transport, triton_compat
+from triton_raw_ext.passes.module_io import (
+    declared_functions,
+    defined_functions,
+    global_dce,
+    load,
+    nvptx_target_machine,
+    parse,
+)
 
 from .cache import digest, get_or_build, write_atomic
 from .errors import RawCompileError
-from .knobs import run_tool
+from .knobs import nvshmem_transports, run_tool
 from .nvshmem_install import file_digest, find_nvshmem
 from .toolchain import LlvmLink, find_llvm_link, llvm_link_install_hint
 from .version import code_digest
@@ -51,12 +61,14 @@ def device_api() -> frozenset[str]:
 def nvshmem_subset(arch: int, symbols: list[str]) -> Path:
     """Path of the cached text IR holding what ``symbols`` need from NVSHMEM for ``sm_<arch>``."""
     bitcode = find_nvshmem().bitcode_for(arch)
-    key = digest(file_digest(bitcode), str(arch), ",".join(symbols), code_digest())
-    folder = get_or_build("nvshmem_subset", key, ("subset.ll",), lambda f: _build_subset(bitcode, symbols, f))
+    transports = nvshmem_transports()
+    key = digest(file_digest(bitcode), str(arch), ",".join(symbols), transports, code_digest())
+    folder = get_or_build("nvshmem_subset", key, ("subset.ll",),
+                          lambda f: _build_subset(bitcode, symbols, transports, f))
     return folder / "subset.ll"
 
 
-def _build_subset(bitcode: Path, symbols: list[str], folder: Path) -> None:
+def _build_subset(bitcode: Path, symbols: list[str], transports: str, folder: Path) -> None:
     tool = find_llvm_link()
     mod = _cut_with_llvm_link(tool, bitcode, symbols) if tool else _cut_with_llvmlite(bitcode, symbols)
     missing = extract_needed(mod, set(symbols), STATE_GLOBALS)
@@ -65,8 +77,24 @@ def _build_subset(bitcode: Path, symbols: list[str], folder: Path) -> None:
             f"NVSHMEM's device library {bitcode} does not define {', '.join(missing)}; check the names "
             f"(the header triton_raw/nvshmem_device.h lists the device API) or install a newer NVSHMEM"
         )
+    if transports == "proxy":
+        mod = _pinned_to_proxy(mod)
     _link_libdevice(mod)
     write_atomic(folder / "subset.ll", triton_compat(str(mod)))
+
+
+def _pinned_to_proxy(mod: llvm.ModuleRef) -> llvm.ModuleRef:
+    """``mod`` with the device transport pinned to the proxy and the code that leaves unreachable gone."""
+    text, pinned = pin_device_transport(str(mod))
+    if not pinned:
+        return mod  # a release without device-initiated transports (the unified 3.4 bitcode)
+    mod = parse(text, "NVSHMEM cut pinned to the proxy transport")
+    pb = llvm.create_pass_builder(nvptx_target_machine(), llvm.create_pipeline_tuning_options(speed_level=3))
+    fpm = pb.getFunctionPassManager()
+    for fn in defined_functions(mod):
+        fpm.run(fn, pb)
+    global_dce(mod)
+    return mod
 
 
 def _roots_module(symbols: list[str]) -> str:

@@ -12,8 +12,9 @@ Contract:
   ``.cu`` file is compiled for ``sm_<arch>`` by :func:`triton_raw_ext.cu_compiler.compile_to_module`,
   the plugin's own clang command, with no pass applied, as for ``library="nvshmem"`` when it
   includes NVSHMEM's own headers.
-* The passes named in ``--passes`` run in order on one llvmlite module; ``triton-compat`` works on
-  text and must be the last. Without ``--passes`` the input is printed as parsed.
+* The passes named in ``--passes`` run in order on one llvmlite module, then on its text the text
+  passes: ``pin-device-transport``, then ``triton-compat``, which must be the last. Without
+  ``--passes`` the input is printed as parsed.
 * Pass options: ``--prefix`` (unique-symbols, required), ``--keep`` (extract-needed, required) and
   ``--keep-globals`` (extract-needed, link-library), ``--library`` (link-library, required),
   ``--functions`` (abi-wrappers, optional), ``--for-triton`` (triton-compat: the Triton version to
@@ -46,6 +47,7 @@ from .triton_version import LEGACY_LLVM, LEGACY_LLVM_BEFORE, SUPPORTED, parse_ve
 
 TOOL = "triton-raw-opt"
 TEXT_PASS = "triton-compat"
+TEXT_PASSES = ("pin-device-transport", TEXT_PASS)  # in the order they may run, after the module passes
 INPUT_SUFFIXES = (".ll", ".bc", ".cu")
 # option (argparse dest) -> passes that read it
 OPTION_USERS = {
@@ -134,6 +136,9 @@ def _options(argv: list[str] | None) -> Options:
         raise UsageError(f"unknown pass {', '.join(unknown)}; known passes: {', '.join(PASSES)}")
     if TEXT_PASS in passes[:-1]:
         raise UsageError(f"{TEXT_PASS} works on text and must be the last pass in --passes")
+    text_passes = [p for p in passes if p in TEXT_PASSES]
+    if passes[len(passes) - len(text_passes):] != text_passes:
+        raise UsageError(f"{' and '.join(TEXT_PASSES)} work on text: name them after every other pass")
     for name in passes:
         for option in REQUIRED_OPTIONS.get(name, ()):
             if getattr(ns, option) is None:
@@ -206,12 +211,15 @@ def run(opts: Options) -> str:
     """Load the input, run the passes and return the resulting IR text."""
     mod = read_module(opts.input, opts.arch)
     for name in opts.passes:
-        if name != TEXT_PASS:
+        if name not in TEXT_PASSES:
             try:
                 _run_module_pass(name, mod, opts)
             except ValueError as e:
                 raise PassError(str(e)) from e
     text = str(mod).rstrip("\n") + "\n"
+    if "pin-device-transport" in opts.passes:
+        text, pinned = PASSES["pin-device-transport"](text)
+        _note("pin-device-transport", f"pinned {pinned} device transport load{'s' * (pinned != 1)} to the proxy")
     if opts.passes and opts.passes[-1] == TEXT_PASS:
         legacy = LEGACY_LLVM if opts.for_triton is None else opts.for_triton < LEGACY_LLVM_BEFORE
         text = PASSES[TEXT_PASS](text, legacy_llvm=legacy)

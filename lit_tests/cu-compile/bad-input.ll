@@ -18,5 +18,5 @@ define i32 @f() {
 ; MISSING: triton-raw-opt: error: {{.*}}missing.cu: no such file
 ; SUFFIX: triton-raw-opt: error: {{.*}}broken.cu.txt: unknown file type .txt; use a .ll, .bc or .cu file
 ; INVALID: triton-raw-opt: error: {{.*}}bad-input.ll is not valid LLVM IR:
-; UNKNOWN: triton-raw-opt: error: unknown pass frobnicate; known passes: abi-wrappers, unique-symbols, extract-needed, link-library, triton-compat
+; UNKNOWN: triton-raw-opt: error: unknown pass frobnicate; known passes: abi-wrappers, unique-symbols, extract-needed, link-library, pin-device-transport, triton-compat
 ; NOTRACE-NOT: Traceback
