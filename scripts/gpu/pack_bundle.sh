@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Pack a Triton wheel or an NVSHMEM installation into a bundle for scripts/gpu/other_stack.sh, small
+# enough to carry to the GPU machine (64 MiB per call): Triton without the AMD backend, CUPTI, the
+# Blackwell ptxas and the disassemblers, its libtriton.so stripped of debug info (488 -> 192 MB,
+# 43 MB with zstd); NVSHMEM with its headers, host library, UID bootstrap, IBRC transport and the
+# sm_90 device bitcode.
+#   bash scripts/gpu/pack_bundle.sh triton triton-3.9.0-cp311-...whl .gpu-cache/triton-3.9.0
+#   bash scripts/gpu/pack_bundle.sh nvshmem /path/to/nvidia/nvshmem .gpu-cache/nvshmem-3.7.2
+set -euo pipefail
+kind=$1 source=$(realpath "$2") dest=$3
+mkdir -p "$dest" && dest=$(realpath "$dest")
+work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT
+case $kind in
+  triton)
+    (cd "$work" && unzip -q "$source")
+    strip --strip-unneeded "$work/triton/_C/libtriton.so"
+    zstd -q -19 -T0 -f "$work/triton/_C/libtriton.so" -o "$dest/libtriton.so.zst"
+    tar -C "$work" -cJf "$dest/triton-rest.tar.xz" --exclude=triton/backends/amd --exclude=cupti \
+      --exclude=cupti-blackwell --exclude=ptxas-blackwell --exclude=triton/_C/libtriton.so \
+      --exclude=libproton.so --exclude=cuobjdump --exclude=nvdisasm triton triton-*.dist-info
+    cp "$(command -v zstd)" "$dest/zstd"  # the GPU machine may lack one
+    ;;
+  nvshmem)
+    tar -C "$source" -cJf "$dest/nvshmem.tar.xz" include lib/libnvshmem_device_sm_90.bc \
+      lib/libnvshmem_host.so.3 lib/nvshmem_bootstrap_uid.so.3 lib/nvshmem_transport_ibrc.so.6
+    ;;
+  *) echo "usage: $0 triton WHEEL DEST | nvshmem NVSHMEM_DIR DEST" >&2; exit 2 ;;
+esac
+du -sh "$dest"
