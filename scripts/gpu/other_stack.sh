@@ -5,6 +5,7 @@
 # front of what is installed.
 #   TRITON_BUNDLE=.gpu-cache/triton-3.9.0   Triton: libtriton.so.zst + triton-rest.tar.xz
 #   NVSHMEM_BUNDLE=.gpu-cache/nvshmem-3.7.2 NVSHMEM: nvshmem.tar.xz (include/ and lib/), as NVSHMEM_HOME
+#                                           and preloaded
 # Usage (repository root, .debs/ carried as for every GPU script):
 #   TRITON_BUNDLE=... bash scripts/gpu/other_stack.sh pytest test/test_gluon.py
 #   NVSHMEM_BUNDLE=... bash scripts/gpu/other_stack.sh python3 scripts/gpu/nvshmem_ring.py --world 1 2 --out DIR
@@ -37,7 +38,9 @@ if [ -n "${TRITON_BUNDLE:-}" ]; then
 fi
 if [ -n "${NVSHMEM_BUNDLE:-}" ]; then
   unpack "$NVSHMEM_BUNDLE" /tmp/nvshmem-bundle
-  export NVSHMEM_HOME=/tmp/nvshmem-bundle
+  # torch links its own NVSHMEM host library; preloading the bundle's makes the whole process use it,
+  # as when torch itself pins that release (the host library is backward compatible within major 3).
+  export NVSHMEM_HOME=/tmp/nvshmem-bundle LD_PRELOAD=/tmp/nvshmem-bundle/lib/libnvshmem_host.so.3${LD_PRELOAD:+:$LD_PRELOAD}
 fi
 set +e
 if [ "$1" = pytest ]; then shift; python3 -m pytest -q -p no:cacheprovider -rs "$@"; else "$@"; fi
