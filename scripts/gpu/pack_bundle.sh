@@ -15,9 +15,9 @@ case $kind in
     (cd "$work" && unzip -q "$source")
     strip --strip-unneeded "$work/triton/_C/libtriton.so"
     zstd -q -19 -T0 -f "$work/triton/_C/libtriton.so" -o "$dest/libtriton.so.zst"
-    tar -C "$work" -cJf "$dest/triton-rest.tar.xz" --exclude=triton/backends/amd --exclude=cupti \
+    (cd "$work" && tar -cJf "$dest/triton-rest.tar.xz" --exclude=triton/backends/amd --exclude=cupti \
       --exclude=cupti-blackwell --exclude=ptxas-blackwell --exclude=triton/_C/libtriton.so \
-      --exclude=libproton.so --exclude=cuobjdump --exclude=nvdisasm triton triton-*.dist-info
+      --exclude=libproton.so --exclude=cuobjdump --exclude=nvdisasm triton triton-*.dist-info)
     cp "$(command -v zstd)" "$dest/zstd"  # the GPU machine may lack one
     ;;
   nvshmem)
