@@ -134,7 +134,7 @@ def test_eight_processes_compiling_at_once_make_one_entry(workdir: Path):
     assert len({r["hash"] for r in results}) == 1
     entries = [e for e in (workdir / "raw" / "raw_lib").iterdir() if e.is_dir()]
     assert len(entries) == 1
-    assert sorted(p.name for p in entries[0].iterdir()) == ["lib.ll", "signature.json"]
+    assert sorted(p.name for p in entries[0].iterdir()) == ["digests.json", "lib.ll", "signature.json"]
 
 
 @requires_nvshmem

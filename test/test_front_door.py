@@ -6,9 +6,11 @@ message names the cause and the fix (asserted on the text a user sees).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,12 @@ def test_clang_flags_given_as_one_string():
 
 
 # ---- call arguments -------------------------------------------------------------------------------
+
+
+@triton.jit
+def _elementwise(x_ptr, y_ptr, fn: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, fn(tl.load(x_ptr + offs)))
 
 
 @dialect(name="cuda", file=f"kernels/{FRONT}")
@@ -216,6 +224,76 @@ def test_cu_edit_in_one_process_reaches_the_next_compile(tmp_path):
     out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.split("\n")[-2] == "(True, False) (False, True) (False, True)"
+
+
+ADD_ONE = 'extern "C" __device__ float add_one(float x) { return x + 1.0f; }\n'
+
+
+def _add_one_in(folder: Path):
+    (folder / "add-one.cu").write_text(ADD_ONE)
+    return dialect(name="cuda", file="add-one.cu", extern_func_name="add_one")(stub_in(folder))
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("lib.ll", lambda text: text[: len(text) // 2]),  # truncated
+    ("signature.json", lambda text: text.replace('"functions"', '"functoins"')),  # garbled, same length
+])  # fmt: skip
+def test_damaged_cache_entry_is_rebuilt_with_a_warning(tmp_path, monkeypatch, name, damage):
+    from triton_raw_ext.cu_compiler import compile_raw_library
+
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    fn = _add_one_in(tmp_path)
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "fn": "constexpr", "BLOCK": "constexpr"}
+    aot(_elementwise, signature, {"fn": fn, "BLOCK": 64})
+    entry = fn.library(90).path.parent
+    good = (entry / name).read_text()
+    (entry / name).write_text(damage(good))
+    compile_raw_library.cache_clear()  # as in a new process
+    with pytest.warns(UserWarning, match=f"rebuilding the damaged cache entry {entry}: {name} does not match its "
+                                         f"recorded digest"):
+        compiled = aot(_elementwise, signature, {"fn": fn, "BLOCK": 128})  # a new kernel reads the entry
+    assert "0f3F800000" in compiled.asm["ptx"] and compiled.asm["cubin"][:4] == b"\x7fELF"
+    assert (entry / name).read_text() == good
+    assert sorted(json.loads((entry / "digests.json").read_text())) == ["lib.ll", "signature.json"]
+
+
+def test_full_disk_names_the_cache_folder_and_the_fix(tmp_path, monkeypatch):
+    """Every file the cache writes goes to /dev/full, which fails each write with ENOSPC as a full disk
+    does; once there is room again the entry is built without complaint."""
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    fn = _add_one_in(tmp_path)
+    make_temporary = tempfile.mkstemp
+
+    def temporary_on_a_full_disk(*args, **kwargs):
+        fd, name = make_temporary(*args, **kwargs)
+        os.close(fd)
+        return os.open("/dev/full", os.O_WRONLY), name
+
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "fn": "constexpr", "BLOCK": "constexpr"}
+    with monkeypatch.context() as patch:
+        patch.setattr(tempfile, "mkstemp", temporary_on_a_full_disk)
+        message = aot_error(_elementwise, signature, {"fn": fn, "BLOCK": 64})
+    assert f"cannot write the triton-raw-ext cache in {tmp_path / 'raw' / 'raw_lib'}" in message
+    assert "No space left on device; free space there, or set TRITON_RAW_CACHE_DIR " \
+           "(triton_raw_ext.knobs.cache_dir) to a writable folder with room" in message
+    assert aot(_elementwise, signature, {"fn": fn, "BLOCK": 64}).asm["cubin"][:4] == b"\x7fELF"
+
+
+def test_cache_folder_that_cannot_be_created(tmp_path, monkeypatch):
+    root = Path("/sys/triton-raw-cache")  # sysfs refuses new folders, even to root
+    try:
+        root.mkdir()
+    except OSError:
+        pass
+    else:
+        root.rmdir()
+        pytest.skip("/sys accepts new folders here")
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(root))
+    with pytest.raises(RawCompileError, match=rf"cannot write the triton-raw-ext cache in {root}: .*; free space "
+                                              r"there, or set TRITON_RAW_CACHE_DIR"):
+        _add_one_in(tmp_path).library(90)
 
 
 # ---- external tools -------------------------------------------------------------------------------

@@ -205,7 +205,7 @@ def probe_cache() -> Component:
 
     try:
         folder = cache_dir()
-    except OSError as e:
+    except (OSError, RawCompileError) as e:
         return Component(
             "plugin_cache",
             True,
