@@ -332,3 +332,27 @@ def test_tool_timeout_must_be_positive(monkeypatch):
     monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "soon")
     with pytest.raises(ValueError, match="TRITON_RAW_TOOL_TIMEOUT_S='soon': give a positive number of seconds"):
         tool_timeout_s()
+
+
+# ---- triton-raw doctor ----------------------------------------------------------------------------
+
+
+def test_doctor_without_llvmlite_reports_it_and_checks_the_rest(tmp_path):
+    """An llvmlite that fails to import (a folder first on PYTHONPATH whose llvmlite raises ImportError)."""
+    hidden = tmp_path / "hide" / "llvmlite"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("No module named \'llvmlite\'")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "hide"), "TRITON_RAW_CACHE_DIR": str(tmp_path / "raw")}
+    doctor = "import sys; from triton_raw_ext.doctor import main; sys.exit(main(sys.argv[1:]))"
+    out = subprocess.run([sys.executable, "-c", doctor, "doctor"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    report = out.stdout
+    assert "llvmlite: MISSING\n  problem: llvmlite cannot be imported (No module named 'llvmlite')\n" \
+           "  fix: `pip install 'llvmlite>=0.50'`" in report
+    assert "clang: ok" in report and "cuda headers: ok" in report and "plugin cache: ok" in report
+    assert "compile path: NOT usable" in report
+    use = "from triton_raw_ext import dialect"
+    out = subprocess.run([sys.executable, "-c", use], env=env, capture_output=True, text=True, timeout=300)
+    assert "triton-raw-ext needs llvmlite >= 0.50 to compile raw functions (No module named 'llvmlite'); " \
+           "install it with `pip install 'llvmlite>=0.50'`" in out.stderr
