@@ -160,6 +160,58 @@ def test_reserved_name_says_why():
     assert "raw function __reserved in" in message and "names starting with __ are reserved" in message
 
 
+# ---- result types ----------------------------------------------------------------------------------
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def twice_unsigned(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def low_byte(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def low_half(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def widen_unsigned(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def split_unsigned(x): ...
+
+
+@triton.jit
+def _unsigned_to_float(x_ptr, y_ptr):
+    doubled = twice_unsigned(tl.load(x_ptr))
+    tl.static_assert(doubled.dtype == tl.uint32)
+    tl.store(y_ptr, doubled.to(tl.float32))
+
+
+@triton.jit
+def _unsigned_widths(x_ptr, y_ptr):
+    x = tl.load(x_ptr)
+    tl.static_assert(low_byte(x).dtype == tl.uint8)
+    tl.static_assert(low_half(x).dtype == tl.uint16)
+    tl.static_assert(widen_unsigned(x).dtype == tl.uint64)  # through a typedef and const
+    high, low, tag0, tag1 = split_unsigned(x)
+    tl.static_assert(high.dtype == tl.uint32 and low.dtype == tl.int32 and tag0.dtype == tl.uint8)
+    tl.store(y_ptr, high.to(tl.float32) + low.to(tl.float32) + tag1.to(tl.float32))
+
+
+def test_unsigned_result_converts_as_unsigned():
+    """The IR has no signedness: the declaration's ``unsigned int`` must reach Triton, or values of
+    2**31 and more turn negative when converted."""
+    ptx = aot(_unsigned_to_float, {"x_ptr": "*u32", "y_ptr": "*fp32"}).asm["ptx"]
+    assert "cvt.rn.f32.u32" in ptx and "cvt.rn.f32.s32" not in ptx
+
+
+def test_unsigned_results_of_every_width_and_struct_fields():
+    assert aot(_unsigned_widths, {"x_ptr": "*u32", "y_ptr": "*fp32"}).asm["cubin"][:4] == b"\x7fELF"
+
+
 # ---- the kernel cache -----------------------------------------------------------------------------
 
 EDIT_IN_ONE_PROCESS = """
