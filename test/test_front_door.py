@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, aot, aot_error, stub_in
+from conftest import KERNELS, RAW_FUNCTION, aot, aot_error, stub_in
 
 from triton_raw_ext import RawCompileError, dialect
 
@@ -89,6 +90,25 @@ def test_clang_flags_the_plugin_sets_itself(flag, why):
 def test_clang_flags_given_as_one_string():
     with pytest.raises(RawCompileError, match=r"one flag per list item \(clang_flags=\['-O3', '-ffast-math'\]\)"):
         dialect(name="cuda", file=f"kernels/{FRONT}", clang_flags=["-O3 -ffast-math"])
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}", extern_func_name="plus_int", clang_flags=["-O0"])
+def plus_int_unoptimised(x, y): ...
+
+
+@triton.jit
+def _unoptimised_sum(x_ptr, y_ptr):
+    tl.store(y_ptr, plus_int_unoptimised(tl.load(x_ptr), 1))
+
+
+def test_O0_leaves_clang_unoptimised_and_the_call_inlined():
+    """clang's -O0 marks every function optnone noinline; the raw function must still inline into the
+    kernel (no call in the PTX), while what clang emits stays unoptimised (the parameters' stack slots)."""
+    compiled = aot(_unoptimised_sum, {"x_ptr": "*i32", "y_ptr": "*i32"})
+    assert not re.search(r"^\s*call", compiled.asm["ptx"], re.MULTILINE)
+    assert not RAW_FUNCTION.findall(compiled.asm["llir"])
+    library = plus_int_unoptimised.library(90).path.read_text()
+    assert "optnone" not in library and "alloca i32" in library
 
 
 # ---- call arguments -------------------------------------------------------------------------------

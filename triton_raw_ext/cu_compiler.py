@@ -81,6 +81,7 @@ class RawLibrary:
 
 DEBUG_FLAGS = ("-g", "--cuda-noopt-device-debug", "-Xclang", "-disable-llvm-passes")
 INTEGER_ABIS = ("i8", "i16", "i32", "i64")
+_OPT_LEVEL = re.compile(r"-O\w*")
 
 
 def source_files(spec: CompileSpec) -> set[Path]:
@@ -114,8 +115,20 @@ def clang_options(spec: CompileSpec, arch: int) -> list[str]:
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
         "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
         "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(), *nvshmem,
-        *includes, *defines, *spec.clang_flags,
+        *includes, *defines, *_user_flags(spec.clang_flags),
     )  # fmt: skip
+
+
+def _user_flags(flags: tuple[str, ...]) -> list[str]:
+    """``clang_flags`` as clang gets them: a final ``-O0`` becomes ``-Xclang -disable-llvm-passes``.
+
+    Both leave clang's output unoptimised, but -O0 also marks every function ``optnone noinline``,
+    which keeps Triton's optimizer from inlining the raw call; a ``__noinline__`` helper stays one.
+    """
+    levels = [flag for flag in flags if _OPT_LEVEL.fullmatch(flag)]
+    if not levels or levels[-1] != "-O0":
+        return list(flags)
+    return [flag for flag in flags if flag not in levels] + ["-Xclang", "-disable-llvm-passes"]
 
 
 def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
