@@ -119,7 +119,7 @@ def test_wrong_arity():
         x = tl.load(x_ptr + offs)
         tl.store(y_ptr + offs, raw.call(add_one, [x, x]))
 
-    assert "add_one(float x) takes 1 arguments, got 2" in _compile_error(kernel)
+    assert "add_one(float x) takes 1 argument, got 2" in _compile_error(kernel)
 
 
 def test_wrong_type_names_function_parameter_and_both_types():

@@ -180,6 +180,17 @@ def test_reserved_name_says_why():
     assert "raw function __reserved in" in message and "names starting with __ are reserved" in message
 
 
+def test_struct_parameter_by_value_says_how_to_pass_it(tmp_path):
+    (tmp_path / "swap.cu").write_text("#include <cuda_fp16.h>\n"
+                                      "__device__ __half2 swap(__half2 pair) { return __lowhigh2highlow(pair); }\n")
+    swap = dialect(name="cuda", file="swap.cu", extern_func_name="swap")(stub_in(tmp_path))
+    message = aot_error(_elementwise, {"x_ptr": "*fp16", "y_ptr": "*fp16", "fn": "constexpr", "BLOCK": "constexpr"},
+                        {"fn": swap, "BLOCK": 64})
+    assert f"raw function swap(__half2) [_Z4swap7__half2] in {tmp_path / 'swap.cu'} cannot be called from Triton: " \
+           "parameter 'pair' is a struct passed by value (%struct.__half2), which Triton cannot pass; take its " \
+           "fields as separate parameters (a __half2 as two __half), or a pointer to it" in message
+
+
 # ---- result types ----------------------------------------------------------------------------------
 
 

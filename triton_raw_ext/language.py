@@ -201,7 +201,8 @@ def emit_call(fn, args: list, _semantic):
     name = fn.extern_func_name
     if len(args) != len(info.params):
         expected = ", ".join(f"{C_NAMES[t]} {p}" for p, t in info.params)
-        raise RawCompileError(f"raw function {name}({expected}) takes {len(info.params)} arguments, got {len(args)}")
+        count = f"{len(info.params)} argument{'s' * (len(info.params) != 1)}"
+        raise RawCompileError(f"raw function {name}({expected}) takes {count}, got {len(args)}")
     converted = [_convert(name, p, abi, a, _semantic) for (p, abi), a in zip(info.params, args, strict=True)]
     if not info.pure and not isinstance(_semantic, GluonSemantic):
         _declare_accesses([a for (_, abi), a in zip(info.params, args, strict=True) if abi == "ptr"], _semantic)
