@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, RAW_FUNCTION, aot, aot_error, stub_in
+from conftest import KERNELS, RAW_FUNCTION, aot, aot_error, requires_gpu, stub_in
 
 from triton_raw_ext import RawCompileError, dialect
 
@@ -237,6 +237,16 @@ def test_unsigned_result_converts_as_unsigned():
     2**31 and more turn negative when converted."""
     ptx = aot(_unsigned_to_float, {"x_ptr": "*u32", "y_ptr": "*fp32"}).asm["ptx"]
     assert "cvt.rn.f32.u32" in ptx and "cvt.rn.f32.s32" not in ptx
+
+
+@requires_gpu
+def test_unsigned_result_keeps_large_values_on_the_gpu():
+    import torch
+
+    x = torch.tensor([1_500_000_000], dtype=torch.int32, device="cuda")  # doubled: 3e9, past int32
+    y = torch.zeros(1, dtype=torch.float32, device="cuda")
+    _unsigned_to_float[(1,)](x, y)
+    assert y.item() == 3e9
 
 
 def test_unsigned_results_of_every_width_and_struct_fields():
