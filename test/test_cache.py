@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -123,6 +124,19 @@ def test_nvshmem_library_change_changes_identity(tmp_path: Path):
     assert nvshmem_install.identity(fake) != before
 
 
+def test_damaged_file_digest_memo_is_computed_again(tmp_path: Path, monkeypatch):
+    """The memo of a large file's digest (NVSHMEM's bitcode) is a cache entry too: a truncated one is
+    not taken for the digest."""
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    data = tmp_path / "device.bc"
+    data.write_bytes(b"bitcode")
+    right = nvshmem_install.file_digest(data)
+    (memo,) = (tmp_path / "raw" / "file_digests").iterdir()
+    memo.write_text(right[:20])
+    nvshmem_install._file_digest.cache_clear()  # as in a new process
+    assert nvshmem_install.file_digest(data) == right == hashlib.sha256(b"bitcode").hexdigest()
+
+
 def test_eight_processes_compiling_at_once_make_one_entry(workdir: Path):
     procs = [subprocess.Popen([sys.executable, "k.py"], cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(8)]
@@ -134,7 +148,7 @@ def test_eight_processes_compiling_at_once_make_one_entry(workdir: Path):
     assert len({r["hash"] for r in results}) == 1
     entries = [e for e in (workdir / "raw" / "raw_lib").iterdir() if e.is_dir()]
     assert len(entries) == 1
-    assert sorted(p.name for p in entries[0].iterdir()) == ["lib.ll", "signature.json"]
+    assert sorted(p.name for p in entries[0].iterdir()) == ["digests.json", "lib.ll", "signature.json"]
 
 
 @requires_nvshmem

@@ -6,15 +6,18 @@ message names the cause and the fix (asserted on the text a user sees).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, aot, aot_error, stub_in
+from conftest import KERNELS, RAW_FUNCTION, aot, aot_error, requires_gpu, stub_in
 
 from triton_raw_ext import RawCompileError, dialect
 
@@ -89,7 +92,32 @@ def test_clang_flags_given_as_one_string():
         dialect(name="cuda", file=f"kernels/{FRONT}", clang_flags=["-O3 -ffast-math"])
 
 
+@dialect(name="cuda", file=f"kernels/{FRONT}", extern_func_name="plus_int", clang_flags=["-O0"])
+def plus_int_unoptimised(x, y): ...
+
+
+@triton.jit
+def _unoptimised_sum(x_ptr, y_ptr):
+    tl.store(y_ptr, plus_int_unoptimised(tl.load(x_ptr), 1))
+
+
+def test_O0_leaves_clang_unoptimised_and_the_call_inlined():
+    """clang's -O0 marks every function optnone noinline; the raw function must still inline into the
+    kernel (no call in the PTX), while what clang emits stays unoptimised (the parameters' stack slots)."""
+    compiled = aot(_unoptimised_sum, {"x_ptr": "*i32", "y_ptr": "*i32"})
+    assert not re.search(r"^\s*call", compiled.asm["ptx"], re.MULTILINE)
+    assert not RAW_FUNCTION.findall(compiled.asm["llir"])
+    library = plus_int_unoptimised.library(90).path.read_text()
+    assert "optnone" not in library and "alloca i32" in library
+
+
 # ---- call arguments -------------------------------------------------------------------------------
+
+
+@triton.jit
+def _elementwise(x_ptr, y_ptr, fn: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, fn(tl.load(x_ptr + offs)))
 
 
 @dialect(name="cuda", file=f"kernels/{FRONT}")
@@ -150,6 +178,79 @@ def test_global_function_is_refused_not_compiled_to_a_trap():
 def test_reserved_name_says_why():
     message = aot_error(_calls_a_reserved_name, {"x_ptr": "*fp32"})
     assert "raw function __reserved in" in message and "names starting with __ are reserved" in message
+
+
+def test_struct_parameter_by_value_says_how_to_pass_it(tmp_path):
+    (tmp_path / "swap.cu").write_text("#include <cuda_fp16.h>\n"
+                                      "__device__ __half2 swap(__half2 pair) { return __lowhigh2highlow(pair); }\n")
+    swap = dialect(name="cuda", file="swap.cu", extern_func_name="swap")(stub_in(tmp_path))
+    message = aot_error(_elementwise, {"x_ptr": "*fp16", "y_ptr": "*fp16", "fn": "constexpr", "BLOCK": "constexpr"},
+                        {"fn": swap, "BLOCK": 64})
+    assert f"raw function swap(__half2) [_Z4swap7__half2] in {tmp_path / 'swap.cu'} cannot be called from Triton: " \
+           "parameter 'pair' is a struct passed by value (%struct.__half2), which Triton cannot pass; take its " \
+           "fields as separate parameters (a __half2 as two __half), or a pointer to it" in message
+
+
+# ---- result types ----------------------------------------------------------------------------------
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def twice_unsigned(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def low_byte(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def low_half(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def widen_unsigned(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{FRONT}")
+def split_unsigned(x): ...
+
+
+@triton.jit
+def _unsigned_to_float(x_ptr, y_ptr):
+    doubled = twice_unsigned(tl.load(x_ptr))
+    tl.static_assert(doubled.dtype == tl.uint32)
+    tl.store(y_ptr, doubled.to(tl.float32))
+
+
+@triton.jit
+def _unsigned_widths(x_ptr, y_ptr):
+    x = tl.load(x_ptr)
+    tl.static_assert(low_byte(x).dtype == tl.uint8)
+    tl.static_assert(low_half(x).dtype == tl.uint16)
+    tl.static_assert(widen_unsigned(x).dtype == tl.uint64)  # through a typedef and const
+    high, low, tag0, tag1 = split_unsigned(x)
+    tl.static_assert(high.dtype == tl.uint32 and low.dtype == tl.int32 and tag0.dtype == tl.uint8)
+    tl.store(y_ptr, high.to(tl.float32) + low.to(tl.float32) + tag1.to(tl.float32))
+
+
+def test_unsigned_result_converts_as_unsigned():
+    """The IR has no signedness: the declaration's ``unsigned int`` must reach Triton, or values of
+    2**31 and more turn negative when converted."""
+    ptx = aot(_unsigned_to_float, {"x_ptr": "*u32", "y_ptr": "*fp32"}).asm["ptx"]
+    assert "cvt.rn.f32.u32" in ptx and "cvt.rn.f32.s32" not in ptx
+
+
+@requires_gpu
+def test_unsigned_result_keeps_large_values_on_the_gpu():
+    import torch
+
+    x = torch.tensor([1_500_000_000], dtype=torch.int32, device="cuda")  # doubled: 3e9, past int32
+    y = torch.zeros(1, dtype=torch.float32, device="cuda")
+    _unsigned_to_float[(1,)](x, y)
+    assert y.item() == 3e9
+
+
+def test_unsigned_results_of_every_width_and_struct_fields():
+    assert aot(_unsigned_widths, {"x_ptr": "*u32", "y_ptr": "*fp32"}).asm["cubin"][:4] == b"\x7fELF"
 
 
 # ---- the kernel cache -----------------------------------------------------------------------------
@@ -218,6 +319,76 @@ def test_cu_edit_in_one_process_reaches_the_next_compile(tmp_path):
     assert out.returncode == 0 and out.stdout.split("\n")[-2] == "(True, False) (False, True) (False, True)"
 
 
+ADD_ONE = 'extern "C" __device__ float add_one(float x) { return x + 1.0f; }\n'
+
+
+def _add_one_in(folder: Path):
+    (folder / "add-one.cu").write_text(ADD_ONE)
+    return dialect(name="cuda", file="add-one.cu", extern_func_name="add_one")(stub_in(folder))
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("lib.ll", lambda text: text[: len(text) // 2]),  # truncated
+    ("signature.json", lambda text: text.replace('"functions"', '"functoins"')),  # garbled, same length
+])  # fmt: skip
+def test_damaged_cache_entry_is_rebuilt_with_a_warning(tmp_path, monkeypatch, name, damage):
+    from triton_raw_ext.cu_compiler import compile_raw_library
+
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    fn = _add_one_in(tmp_path)
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "fn": "constexpr", "BLOCK": "constexpr"}
+    aot(_elementwise, signature, {"fn": fn, "BLOCK": 64})
+    entry = fn.library(90).path.parent
+    good = (entry / name).read_text()
+    (entry / name).write_text(damage(good))
+    compile_raw_library.cache_clear()  # as in a new process
+    with pytest.warns(UserWarning, match=f"rebuilding the damaged cache entry {entry}: {name} does not match its "
+                                         f"recorded digest"):
+        compiled = aot(_elementwise, signature, {"fn": fn, "BLOCK": 128})  # a new kernel reads the entry
+    assert "0f3F800000" in compiled.asm["ptx"] and compiled.asm["cubin"][:4] == b"\x7fELF"
+    assert (entry / name).read_text() == good
+    assert sorted(json.loads((entry / "digests.json").read_text())) == ["lib.ll", "signature.json"]
+
+
+def test_full_disk_names_the_cache_folder_and_the_fix(tmp_path, monkeypatch):
+    """Every file the cache writes goes to /dev/full, which fails each write with ENOSPC as a full disk
+    does; once there is room again the entry is built without complaint."""
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    fn = _add_one_in(tmp_path)
+    make_temporary = tempfile.mkstemp
+
+    def temporary_on_a_full_disk(*args, **kwargs):
+        fd, name = make_temporary(*args, **kwargs)
+        os.close(fd)
+        return os.open("/dev/full", os.O_WRONLY), name
+
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "fn": "constexpr", "BLOCK": "constexpr"}
+    with monkeypatch.context() as patch:
+        patch.setattr(tempfile, "mkstemp", temporary_on_a_full_disk)
+        message = aot_error(_elementwise, signature, {"fn": fn, "BLOCK": 64})
+    assert f"cannot write the triton-raw-ext cache in {tmp_path / 'raw' / 'raw_lib'}" in message
+    assert "No space left on device; free space there, or set TRITON_RAW_CACHE_DIR " \
+           "(triton_raw_ext.knobs.cache_dir) to a writable folder with room" in message
+    assert aot(_elementwise, signature, {"fn": fn, "BLOCK": 64}).asm["cubin"][:4] == b"\x7fELF"
+
+
+def test_cache_folder_that_cannot_be_created(tmp_path, monkeypatch):
+    root = Path("/sys/triton-raw-cache")  # sysfs refuses new folders, even to root
+    try:
+        root.mkdir()
+    except OSError:
+        pass
+    else:
+        root.rmdir()
+        pytest.skip("/sys accepts new folders here")
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(root))
+    with pytest.raises(RawCompileError, match=rf"cannot write the triton-raw-ext cache in {root}: .*; free space "
+                                              r"there, or set TRITON_RAW_CACHE_DIR"):
+        _add_one_in(tmp_path).library(90)
+
+
 # ---- external tools -------------------------------------------------------------------------------
 
 HANGING_CLANG = """#!/bin/sh
@@ -254,3 +425,27 @@ def test_tool_timeout_must_be_positive(monkeypatch):
     monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "soon")
     with pytest.raises(ValueError, match="TRITON_RAW_TOOL_TIMEOUT_S='soon': give a positive number of seconds"):
         tool_timeout_s()
+
+
+# ---- triton-raw doctor ----------------------------------------------------------------------------
+
+
+def test_doctor_without_llvmlite_reports_it_and_checks_the_rest(tmp_path):
+    """An llvmlite that fails to import (a folder first on PYTHONPATH whose llvmlite raises ImportError)."""
+    hidden = tmp_path / "hide" / "llvmlite"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("No module named \'llvmlite\'")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "hide"), "TRITON_RAW_CACHE_DIR": str(tmp_path / "raw")}
+    doctor = "import sys; from triton_raw_ext.doctor import main; sys.exit(main(sys.argv[1:]))"
+    out = subprocess.run([sys.executable, "-c", doctor, "doctor"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    report = out.stdout
+    assert "llvmlite: MISSING\n  problem: llvmlite cannot be imported (No module named 'llvmlite')\n" \
+           "  fix: `pip install 'llvmlite>=0.50'`" in report
+    assert "clang: ok" in report and "cuda headers: ok" in report and "plugin cache: ok" in report
+    assert "compile path: NOT usable" in report
+    use = "from triton_raw_ext import dialect"
+    out = subprocess.run([sys.executable, "-c", use], env=env, capture_output=True, text=True, timeout=300)
+    assert "triton-raw-ext needs llvmlite >= 0.50 to compile raw functions (No module named 'llvmlite'); " \
+           "install it with `pip install 'llvmlite>=0.50'`" in out.stderr

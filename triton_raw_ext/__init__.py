@@ -2,17 +2,17 @@
 
 ``from triton_raw_ext import dialect`` registers functions; ``import triton_raw_ext.language as raw``
 gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.backend_hook`).
+Without llvmlite the package still imports, so that ``triton-raw doctor`` can report what is
+missing; ``dialect`` and ``RawFunction`` then raise ImportError naming the install command.
 """
 
 from pathlib import Path as _Path
 
 try:
-    import llvmlite as _llvmlite  # noqa: F401
     import triton as _triton  # noqa: F401
 except ImportError as _missing:  # name the fix instead of failing deep inside an import
     raise ImportError(
-        f"triton-raw-ext needs a triton 3.6-3.9 wheel and llvmlite >= 0.50 ({_missing}); "
-        "install them with `pip install 'triton>=3.6,<3.10' 'llvmlite>=0.50'`"
+        f"triton-raw-ext needs a triton 3.6-3.9 wheel ({_missing}); install it with `pip install 'triton>=3.6,<3.10'`"
     ) from _missing
 
 from .triton_version import unsupported_reason as _unsupported_reason  # noqa: E402
@@ -26,12 +26,30 @@ _checkout = _Path(__file__).resolve().parent.parent
 if not (_Path(__file__).parent / "passes").is_dir() and (_checkout / "passes" / "__init__.py").is_file():
     __path__.append(str(_checkout))
 
-from .backend_hook import install as _install_backend_hook  # noqa: E402
-from .dialect import RawFunction, dialect  # noqa: E402
 from .errors import RawCompileError, RawRuntimeError  # noqa: E402
 from .knobs import knobs  # noqa: E402
+from .toolchain import LLVMLITE_INSTALL_HINT as _LLVMLITE_INSTALL_HINT  # noqa: E402
 from .version import __version__  # noqa: E402
 
-_install_backend_hook()
+try:
+    import llvmlite as _llvmlite  # noqa: F401
+except ImportError as _missing:
+    _LLVMLITE_MISSING: ImportError | None = ImportError(
+        f"triton-raw-ext needs llvmlite >= 0.50 to compile raw functions ({_missing}); install it with "
+        f"{_LLVMLITE_INSTALL_HINT}"
+    )
+else:
+    _LLVMLITE_MISSING = None
+    from .backend_hook import install as _install_backend_hook
+    from .dialect import RawFunction, dialect
+
+    _install_backend_hook()
+
+
+def __getattr__(name: str):
+    if name in ("RawFunction", "dialect") and _LLVMLITE_MISSING is not None:
+        raise _LLVMLITE_MISSING
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["RawCompileError", "RawFunction", "RawRuntimeError", "__version__", "dialect", "knobs"]

@@ -3,14 +3,15 @@
 Pipeline for (source, arch): clang -> NVPTX bitcode with NVSHMEM references left as declarations
 -> `abi-wrappers` -> `unique-symbols` (prefix from the source key) -> `triton-compat` -> ``lib.ll``
 plus ``signature.json`` (exported functions, ABI types, purity, the element types of pointer
-results, NVSHMEM symbols used, user libraries). The user libraries of ``libs=`` go through
-`triton-compat` into ``user<i>.ll`` beside it, unrenamed: the raw code calls them by name. Results
-are cached on disk under ``raw_lib/<key>`` and in memory.
+results, which integer results are unsigned, NVSHMEM symbols used, user libraries). The user
+libraries of ``libs=`` go through `triton-compat` into ``user<i>.ll`` beside it, unrenamed: the raw
+code calls them by name. Results are cached on disk under ``raw_lib/<key>`` and in memory.
 
 clang compiles with ``-fgpu-rdc``: without it, clang makes an explicit template instantiation
 internal (the device code would be the whole program) and drops it when nothing in the file calls
-it. When an exported function returns a pointer, the source is compiled a second time with debug
-info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee. A source with
+it. When an exported function returns a pointer or integers, the source is compiled a second time
+with debug info and no optimisation, for :mod:`triton_raw_ext.debug_types` to read the pointee and
+the signedness that the IR does not keep. A source with
 ``library="nvshmem"`` that includes NVSHMEM's own headers is compiled with them precompiled
 (:mod:`triton_raw_ext.nvshmem_headers`).
 """
@@ -28,11 +29,11 @@ from pathlib import Path
 import llvmlite.binding as llvm
 
 from triton_raw_ext.passes import abi_wrappers, triton_compat, unique_symbols
-from triton_raw_ext.passes.abi_wrappers import WrappedFunction
+from triton_raw_ext.passes.abi_wrappers import SCALAR_BITS, WrappedFunction
 from triton_raw_ext.passes.module_io import declared_functions, load
 
 from .cache import digest, get_or_build, write_atomic
-from .debug_types import pointee_types
+from .debug_types import pointee_types, result_leaves
 from .errors import RawCompileError
 from .knobs import run_tool
 from .nvshmem_headers import includes_nvshmem_headers, precompiled_header
@@ -75,9 +76,12 @@ class RawLibrary:
     functions: dict[str, WrappedFunction]  # symbol in the .cu -> wrapper info
     unsupported: dict[str, str]  # symbol in the .cu -> why Triton cannot call it
     pointees: dict[str, str]  # symbol in the .cu -> element type (triton.language name) of its pointer result
+    unsigned: dict[str, list[int]]  # symbol in the .cu -> its result's fields (0: a scalar) that are unsigned ints
 
 
 DEBUG_FLAGS = ("-g", "--cuda-noopt-device-debug", "-Xclang", "-disable-llvm-passes")
+INTEGER_ABIS = ("i8", "i16", "i32", "i64")
+_OPT_LEVEL = re.compile(r"-O\w*")
 
 
 def source_files(spec: CompileSpec) -> set[Path]:
@@ -111,8 +115,20 @@ def clang_options(spec: CompileSpec, arch: int) -> list[str]:
         f"--cuda-gpu-arch=sm_{arch}", f"--cuda-path={cuda.root}", "-nocudalib", "-Wno-unknown-cuda-version",
         "-fcuda-short-ptr", "-fgpu-rdc", "-fno-discard-value-names",
         "-isystem", str(INCLUDE_DIR / "stubs"), "-isystem", str(INCLUDE_DIR), *cuda.include_flags(), *nvshmem,
-        *includes, *defines, *spec.clang_flags,
+        *includes, *defines, *_user_flags(spec.clang_flags),
     )  # fmt: skip
+
+
+def _user_flags(flags: tuple[str, ...]) -> list[str]:
+    """``clang_flags`` as clang gets them: a final ``-O0`` becomes ``-Xclang -disable-llvm-passes``.
+
+    Both leave clang's output unoptimised, but -O0 also marks every function ``optnone noinline``,
+    which keeps Triton's optimizer from inlining the raw call; a ``__noinline__`` helper stays one.
+    """
+    levels = [flag for flag in flags if _OPT_LEVEL.fullmatch(flag)]
+    if not levels or levels[-1] != "-O0":
+        return list(flags)
+    return [flag for flag in flags if flag not in levels] + ["-Xclang", "-disable-llvm-passes"]
 
 
 def clang_command(spec: CompileSpec, arch: int, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
@@ -178,8 +194,11 @@ def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
     _check_library(spec, nvshmem)
     report = abi_wrappers(mod)
     pointer_results = [w.target for w in report.wrapped if w.ret == "ptr"]
-    pointees = pointee_types(str(compile_to_module(spec, arch, folder, DEBUG_FLAGS)), pointer_results) \
-        if pointer_results else {}
+    integer_results = [w for w in report.wrapped if set(_result_abis(w)) & set(INTEGER_ABIS)]
+    debug_ir = str(compile_to_module(spec, arch, folder, DEBUG_FLAGS)) if pointer_results or integer_results else ""
+    pointees = pointee_types(debug_ir, pointer_results)
+    declared = result_leaves(debug_ir, [w.target for w in integer_results])
+    unsigned = {w.target: fields for w in integer_results if (fields := _unsigned_fields(w, declared.get(w.target)))}
     prefix = f"rawext_{key[:12]}_"
     unique_symbols(mod, prefix)
     functions = {
@@ -187,13 +206,28 @@ def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
                    "params": w.params, "pure": w.pure, "fields": w.fields, "words": [prefix + s for s in w.words]}
         for w in report.wrapped
     }  # fmt: skip
-    signature = {"source": str(spec.source), "arch": arch, "functions": functions,
-                 "unsupported": report.unsupported, "pointees": pointees, "nvshmem_symbols": nvshmem}  # fmt: skip
+    signature = {"source": str(spec.source), "arch": arch, "functions": functions, "unsupported": report.unsupported,
+                 "pointees": pointees, "unsigned": unsigned, "nvshmem_symbols": nvshmem}  # fmt: skip
     for index, path in enumerate(spec.libs):
         write_atomic(folder / user_library_name(index), triton_compat(str(_user_library(path))))
     signature["libs"] = [user_library_name(i) for i in range(len(spec.libs))]
     write_atomic(folder / "lib.ll", triton_compat(str(mod)))
     write_atomic(folder / SIGNATURE_FILE, json.dumps(signature, indent=1))
+
+
+def _result_abis(w: WrappedFunction) -> list[str]:
+    """The ABI types of a function's result as it crosses: its fields for a struct, else the one type."""
+    return [abi for abi, _, _ in w.fields] if w.ret == "struct" else [w.ret]
+
+
+def _unsigned_fields(w: WrappedFunction, declared: list[str | None] | None) -> list[int]:
+    """Indices into :func:`_result_abis` of the integers that the declaration (``declared``, from
+    :func:`~triton_raw_ext.debug_types.result_leaves`) makes unsigned; none when the two layouts differ."""
+    abis = _result_abis(w)
+    if declared is None or len(declared) != len(abis):
+        return []
+    return [i for i, (abi, name) in enumerate(zip(abis, declared, strict=True))
+            if name and abi in INTEGER_ABIS and name == f"uint{SCALAR_BITS[abi]}"]  # fmt: skip
 
 
 def _user_library(path: Path) -> llvm.ModuleRef:
@@ -224,4 +258,4 @@ def compile_raw_library(spec: CompileSpec, source_key: str, arch: int) -> RawLib
                               [tuple(x) for x in f["fields"]], f["words"])
         for name, f in sig["functions"].items()
     }
-    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"], sig["pointees"])
+    return RawLibrary(folder / "lib.ll", functions, sig["unsupported"], sig["pointees"], sig["unsigned"])

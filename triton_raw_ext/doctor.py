@@ -144,18 +144,27 @@ def probe_cuda_headers() -> Component:
 
 def probe_llvmlite() -> Component:
     """llvmlite, which runs the plugin's IR passes, and the LLVM it carries."""
-    import llvmlite
-    import llvmlite.binding as llvm
+    from .toolchain import LLVMLITE_INSTALL_HINT
 
+    try:
+        import llvmlite
+        import llvmlite.binding as llvm
+    except ImportError as e:
+        return Component("llvmlite", True, False, problem=f"llvmlite cannot be imported ({e})",
+                         fix=LLVMLITE_INSTALL_HINT)
     facts: Facts = {"version": llvmlite.__version__, "llvm": ".".join(map(str, llvm.llvm_version_info))}
     return Component("llvmlite", True, True, facts)
 
 
 def probe_llvm_link() -> Component:
     """The llvm-link that cuts NVSHMEM's device bitcode; without it llvmlite does, more slowly."""
-    from .toolchain import find_llvm_link, llvm_link_install_hint
+    from .toolchain import LLVMLITE_INSTALL_HINT, find_llvm_link, llvm_link_install_hint
 
-    fix = llvm_link_install_hint()
+    try:
+        fix = llvm_link_install_hint()
+    except ImportError:  # which llvm-link fits depends on llvmlite's LLVM
+        return Component("llvm_link", False, False, problem="not looked for: it must match llvmlite's LLVM "
+                         "version, and llvmlite cannot be imported", fix=LLVMLITE_INSTALL_HINT)
     slower = ("NVSHMEM's device bitcode is then cut with llvmlite, which parses the whole file: "
               "6-8 s on a kernel's first use of NVSHMEM per release")
     try:
@@ -205,7 +214,7 @@ def probe_cache() -> Component:
 
     try:
         folder = cache_dir()
-    except OSError as e:
+    except (OSError, RawCompileError) as e:
         return Component(
             "plugin_cache",
             True,
@@ -229,7 +238,13 @@ def probe_backend_hook() -> Component:
     """Whether importing the plugin installed its Triton stage hook and module-load hook."""
     from triton import knobs
 
-    from .backend_hook import _HOOK_MARK
+    from .toolchain import LLVMLITE_INSTALL_HINT
+
+    try:
+        from .backend_hook import _HOOK_MARK
+    except ImportError as e:  # llvmlite missing: importing the plugin left the hooks out
+        return Component("backend_hook", True, False, problem=f"not installed: the plugin's compile path cannot be "
+                         f"imported ({e})", fix=LLVMLITE_INSTALL_HINT)
     from .module_init import init_nvshmem_module
 
     stage = bool(getattr(knobs.runtime.add_stages_inspection_hook, _HOOK_MARK, False))

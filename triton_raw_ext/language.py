@@ -15,7 +15,8 @@ without loss (a narrower integer to a wider signed one, fp16/bf16 to fp32, fp32 
 signed/unsigned integers of the same width; anything else is a compile error naming the function,
 parameter and both types.
 
-Results: ``void`` gives None; a scalar a tensor of its type; a pointer a Triton pointer to its
+Results: ``void`` gives None; a scalar a tensor of its type (unsigned integers as Triton's unsigned
+types, from the declaration: the IR has no signedness); a pointer a Triton pointer to its
 element type where the declaration names one Triton has (``float *`` -> ``*fp32``), else its
 ``int64`` address; a struct a tuple with one tensor per scalar field, unpacked from the 64-bit
 words its wrappers return (see :mod:`triton_raw_ext.passes.abi_wrappers`).
@@ -180,12 +181,17 @@ def _lookup(fn, lib: RawLibrary) -> tuple[str, WrappedFunction]:
     )
 
 
-def _field(word: core.tensor, abi: str, offset: int, _semantic) -> core.tensor:
+def _result_dtype(abi: str, unsigned: bool) -> tl.dtype:
+    """The Triton type of a result (or field) of ABI type ``abi``; ``unsigned`` for a declared unsigned integer."""
+    return getattr(tl, f"uint{SCALAR_BITS[abi]}") if unsigned else ABI_DTYPES.get(abi, tl.int64)
+
+
+def _field(word: core.tensor, abi: str, offset: int, unsigned: bool, _semantic) -> core.tensor:
     """The field of ABI type ``abi`` at bit ``offset`` of a struct word (int64); a pointer is its int64 address."""
     value = _semantic.lshr(word, _semantic.to_tensor(offset)) if offset else word
     value = _semantic.cast(value, FIELD_INTS[SCALAR_BITS[abi]])
-    dtype = ABI_DTYPES.get(abi, tl.int64)
-    return _semantic.bitcast(value, dtype) if dtype.is_floating() else value
+    dtype = _result_dtype(abi, unsigned)
+    return value if dtype == value.dtype else _semantic.bitcast(value, dtype)
 
 
 def emit_call(fn, args: list, _semantic):
@@ -195,7 +201,8 @@ def emit_call(fn, args: list, _semantic):
     name = fn.extern_func_name
     if len(args) != len(info.params):
         expected = ", ".join(f"{C_NAMES[t]} {p}" for p, t in info.params)
-        raise RawCompileError(f"raw function {name}({expected}) takes {len(info.params)} arguments, got {len(args)}")
+        count = f"{len(info.params)} argument{'s' * (len(info.params) != 1)}"
+        raise RawCompileError(f"raw function {name}({expected}) takes {count}, got {len(args)}")
     converted = [_convert(name, p, abi, a, _semantic) for (p, abi), a in zip(info.params, args, strict=True)]
     if not info.pure and not isinstance(_semantic, GluonSemantic):
         _declare_accesses([a for (_, abi), a in zip(info.params, args, strict=True) if abi == "ptr"], _semantic)
@@ -205,9 +212,11 @@ def emit_call(fn, args: list, _semantic):
         return core.extern_elementwise(LIBRARY_NAME, str(lib.path), converted, {key: (wrapper, dtype)},
                                        is_pure=info.pure, _semantic=_semantic)
 
+    unsigned = set(lib.unsigned.get(symbol, ()))
     if info.ret == "struct":
         words = [extern(wrapper, tl.int64) for wrapper in info.words]
-        return tuple(_field(words[w], abi, offset, _semantic) for abi, w, offset in info.fields)
+        return tuple(_field(words[w], abi, offset, k in unsigned, _semantic)
+                     for k, (abi, w, offset) in enumerate(info.fields))
     if info.ret == "void":
         extern(info.symbol, tl.int32)
         return None
@@ -215,7 +224,7 @@ def emit_call(fn, args: list, _semantic):
         address = extern(info.symbol, tl.int64)
         pointee = lib.pointees.get(symbol)
         return address if pointee is None else _semantic.cast(address, tl.pointer_type(getattr(tl, pointee)))
-    return extern(info.symbol, ABI_DTYPES[info.ret])
+    return extern(info.symbol, _result_dtype(info.ret, 0 in unsigned))
 
 
 @core.builtin

