@@ -13,10 +13,10 @@ anything else name nothing, and the result stays an ``int64`` address.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-_NODE = re.compile(r"^!(\d+) = (?:distinct )?!(\w*)[({](.*)[)}]$", re.MULTILINE)
+from .debug_metadata import MetadataNodes, field
+
 _QUALIFIERS = ("DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
                "DW_TAG_atomic_type")  # fmt: skip
 _POINTERS = ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
@@ -29,48 +29,37 @@ _BASE_TYPES = {
 _STRUCTS = {"__half": "float16", "__nv_bfloat16": "bfloat16"}
 
 
-def _field(body: str, key: str) -> str | None:
-    m = re.search(rf'(?:^|[ ,(]){key}: ("[^"]*"|[^,]+)', body)
-    return m.group(1).strip('"') if m else None
-
-
-class _Nodes:
-    """The metadata nodes of a module's text: ``!12 = !DIBasicType(...)`` as 12 -> (kind, body)."""
-
-    def __init__(self, ir_text: str) -> None:
-        self.nodes = {m.group(1): (m.group(2), m.group(3)) for m in _NODE.finditer(ir_text)}
-
-    def get(self, ref: str | None) -> tuple[str, str] | None:
-        return self.nodes.get(ref.lstrip("!")) if ref and ref.startswith("!") else None
+class _Nodes(MetadataNodes):
+    """The metadata nodes, with the type walks that find a pointer result's element type."""
 
     def strip(self, ref: str | None, tags: tuple[str, ...]) -> tuple[str, str] | None:
         """The node ``ref`` names, following ``baseType`` through the derived types with ``tags``."""
         node = self.get(ref)
-        while node and node[0] == "DIDerivedType" and _field(node[1], "tag") in tags:
-            node = self.get(_field(node[1], "baseType"))
+        while node and node[0] == "DIDerivedType" and field(node[1], "tag") in tags:
+            node = self.get(field(node[1], "baseType"))
         return node
 
     def return_type(self, subprogram: str) -> str | None:
         """The reference to a subprogram's return type (None for ``void``)."""
-        routine = self.get(_field(subprogram, "type"))
-        types = self.get(_field(routine[1], "types")) if routine else None
+        routine = self.get(field(subprogram, "type"))
+        types = self.get(field(routine[1], "types")) if routine else None
         first = types[1].split(",")[0].strip() if types else ""
         return first if first.startswith("!") else None
 
 
 def _element_type(nodes: _Nodes, subprogram: str) -> str | None:
     pointer = nodes.strip(nodes.return_type(subprogram), _QUALIFIERS)
-    if not pointer or pointer[0] != "DIDerivedType" or _field(pointer[1], "tag") not in _POINTERS:
+    if not pointer or pointer[0] != "DIDerivedType" or field(pointer[1], "tag") not in _POINTERS:
         return None
-    base = nodes.strip(_field(pointer[1], "baseType"), _QUALIFIERS)
+    base = nodes.strip(field(pointer[1], "baseType"), _QUALIFIERS)
     if base is None:
         return None
     kind, body = base
     if kind == "DIBasicType":
-        size = _field(body, "size")
-        return _BASE_TYPES.get((_field(body, "encoding") or "", int(size) if size else 0))
+        size = field(body, "size")
+        return _BASE_TYPES.get((field(body, "encoding") or "", int(size) if size else 0))
     if kind == "DICompositeType":
-        return _STRUCTS.get(_field(body, "name") or "")
+        return _STRUCTS.get(field(body, "name") or "")
     return None
 
 
@@ -84,7 +73,7 @@ def pointee_types(ir_text: str, symbols: Iterable[str]) -> dict[str, str]:
     for kind, body in nodes.nodes.values():
         if kind != "DISubprogram" or "DISPFlagDefinition" not in body:
             continue
-        symbol = _field(body, "linkageName") or _field(body, "name")
+        symbol = field(body, "linkageName") or field(body, "name")
         if symbol in wanted:
             element = _element_type(nodes, body)
             if element is not None:
