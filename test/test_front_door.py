@@ -6,7 +6,9 @@ message names the cause and the fix (asserted on the text a user sees).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +256,48 @@ def test_tool_timeout_must_be_positive(monkeypatch):
     monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "soon")
     with pytest.raises(ValueError, match="TRITON_RAW_TOOL_TIMEOUT_S='soon': give a positive number of seconds"):
         tool_timeout_s()
+
+
+# ---- line information: Nsight Compute's source view shows the .cu lines ---------------------------
+
+LINES = KERNELS / "lines-device.cu"
+COMPILE_WITH_EACH_LINE_FLAG = """
+import json, os, sys
+from conftest import aot
+from kernels import line_kernels as k
+
+ptx = {flag: aot(kernel, k.SIGNATURE, {"BLOCK": 64}).asm["ptx"] for flag, kernel in k.KERNELS.items()}
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+ptx["TRITON_DISABLE_LINE_INFO=1"] = aot(k.default_kernel, k.SIGNATURE, {"BLOCK": 64}).asm["ptx"]
+json.dump(ptx, open(sys.argv[1], "w"))
+"""
+
+
+def _line_of(path: Path, text: str) -> int:
+    """The 1-based number of the first line of ``path`` that contains ``text``."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def _cu_lines_in_ptx(ptx: str, source: Path) -> list[int]:
+    """The line numbers of the ``.loc`` directives into ``source`` (through its ``.file`` entry)."""
+    files = [n for n, path in re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.MULTILINE) if path == str(source)]
+    return [int(line) for n in files for line in re.findall(rf"^\s*\.loc\s+{n}\s+(\d+)\s", ptx, re.MULTILINE)]
+
+
+def test_debug_flags_compile_and_the_ptx_points_into_the_cu(tmp_path):
+    """-g, -gline-tables-only, -lineinfo (nvcc's spelling) and no flag compile (the first two once
+    aborted the process in LLVM's DWARF writer; run in a child so that a crash fails only this test),
+    and the kernel's PTX has a .file for the .cu with .loc lines of the raw function's body, as it has
+    for the kernel's Python lines. TRITON_DISABLE_LINE_INFO, Triton's switch, turns them off too."""
+    out = subprocess.run([sys.executable, "-c", COMPILE_WITH_EACH_LINE_FLAG, str(tmp_path / "ptx.json")],
+                         cwd=Path(__file__).parent, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ptx = json.loads((tmp_path / "ptx.json").read_text())
+    body = range(_line_of(LINES, "scale_add(") + 1, _line_of(LINES, "}"))
+    for flag in ("(default)", "-g", "-gline-tables-only", "-lineinfo"):
+        lines = _cu_lines_in_ptx(ptx[flag], LINES)
+        assert lines and all(line in body or line == 0 for line in lines), (flag, lines)
+        assert re.search(r"^\s*\.loc\s+\d+\s+\d+", ptx[flag], re.MULTILINE)  # the kernel's own lines stay
+    assert not _cu_lines_in_ptx(ptx["TRITON_DISABLE_LINE_INFO=1"], LINES)
+    assert ".loc" not in ptx["TRITON_DISABLE_LINE_INFO=1"]
+
