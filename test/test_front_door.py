@@ -301,3 +301,84 @@ def test_debug_flags_compile_and_the_ptx_points_into_the_cu(tmp_path):
     assert not _cu_lines_in_ptx(ptx["TRITON_DISABLE_LINE_INFO=1"], LINES)
     assert ".loc" not in ptx["TRITON_DISABLE_LINE_INFO=1"]
 
+
+# ---- code ptxas would reject: named by .cu, line and function -------------------------------------
+
+PTXAS_ERRORS = KERNELS / "ptxas-errors-device.cu"
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def uses_helper(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def uses_cxx_helper(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def bad_asm(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def twice(x): ...
+
+
+@triton.jit
+def _calls_undefined(x_ptr):
+    tl.store(x_ptr, uses_helper(tl.load(x_ptr)))
+
+
+@triton.jit
+def _calls_undefined_cxx(x_ptr):
+    tl.store(x_ptr, uses_cxx_helper(tl.load(x_ptr)))
+
+
+@triton.jit
+def _bad_inline_ptx(x_ptr):
+    tl.store(x_ptr, bad_asm(tl.load(x_ptr)))
+
+
+@triton.jit
+def _bad_triton_inline_ptx(x_ptr):
+    x = tl.inline_asm_elementwise("not.an.instruction; mov.b32 $0, $1;", "=r,r", [tl.load(x_ptr)], dtype=tl.float32,
+                                  is_pure=True, pack=1)
+    tl.store(x_ptr, twice(x))
+
+
+def test_undefined_callee_names_the_cu_line_function_and_fix():
+    message = aot_error(_calls_undefined, {"x_ptr": "*i32"})
+    assert f"raw function uses_helper at {PTXAS_ERRORS}:{_line_of(PTXAS_ERRORS, 'return helper(')} calls helper, " \
+           f"which is declared but defined nowhere in the kernel (not in {PTXAS_ERRORS}, its libs=, libdevice nor " \
+           f"NVSHMEM); define helper in {PTXAS_ERRORS.name} or a file it includes, or give the device library that " \
+           f"defines it with @dialect(libs=[...])" in message
+    assert "Internal Triton PTX codegen error" not in message
+
+
+def test_undefined_cxx_callee_is_named_by_its_signature():
+    message = aot_error(_calls_undefined_cxx, {"x_ptr": "*i32"})
+    assert f"raw function uses_cxx_helper at {PTXAS_ERRORS}:{_line_of(PTXAS_ERRORS, 'cxx_helper(x)')} calls " \
+           "cxx_helper(int) [_Z10cxx_helperi], which is declared but defined nowhere" in message
+
+
+def test_undefined_callee_without_line_tables_names_the_function(monkeypatch):
+    monkeypatch.setenv("TRITON_DISABLE_LINE_INFO", "1")
+    message = aot_error(_calls_undefined, {"x_ptr": "*i32"})
+    assert f"raw function uses_helper in {PTXAS_ERRORS} calls helper, which is declared but defined nowhere" in message
+
+
+def test_inline_ptx_that_ptxas_rejects_names_the_cu_line_and_function(capfd):
+    message = aot_error(_bad_inline_ptx, {"x_ptr": "*fp32"})
+    line = _line_of(PTXAS_ERRORS, "not.an.instruction")
+    assert f"raw function bad_asm at {PTXAS_ERRORS}:{line}: ptxas (sm_90a) rejects the PTX it compiles to: " \
+           "Unknown modifier '.an'" in message
+    assert "PTX line " in message and ": not.an.instruction;" in message
+    assert f"fix the PTX of the asm statement at {PTXAS_ERRORS}:{line}" in message
+    assert "please share the reproducer" not in capfd.readouterr().out  # Triton's printout of the whole PTX
+
+
+def test_ptxas_error_in_the_triton_code_stays_tritons(capfd):
+    from triton.runtime.errors import PTXASError
+
+    with pytest.raises(PTXASError, match="Internal Triton PTX codegen error"):
+        aot(_bad_triton_inline_ptx, {"x_ptr": "*fp32"})
+    assert "please share the reproducer" in capfd.readouterr().out

@@ -58,6 +58,17 @@ class CompileSpec:
 
 
 SIGNATURE_FILE = "signature.json"
+_SYMBOL_PREFIX = re.compile(r"^rawext_[0-9a-f]{12}_")
+
+
+def symbol_prefix(key: str) -> str:
+    """The prefix that `unique-symbols` gives every symbol a raw library defines (``key``: the library's)."""
+    return f"rawext_{key[:12]}_"
+
+
+def source_symbol(symbol: str) -> str:
+    """The name in the `.cu` of a symbol of a raw library (the symbol without :func:`symbol_prefix`)."""
+    return _SYMBOL_PREFIX.sub("", symbol)
 
 
 def user_library_name(index: int) -> str:
@@ -194,7 +205,7 @@ def _build(spec: CompileSpec, arch: int, key: str, folder: Path) -> None:
     pointer_results = [w.target for w in report.wrapped if w.ret == "ptr"]
     pointees = pointee_types(str(compile_to_module(spec, arch, folder, DEBUG_FLAGS)), pointer_results) \
         if pointer_results else {}
-    prefix = f"rawext_{key[:12]}_"
+    prefix = symbol_prefix(key)
     unique_symbols(mod, prefix)
     functions = {
         w.target: {"target": prefix + w.target, "symbol": prefix + w.symbol, "ret": w.ret,
