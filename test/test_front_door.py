@@ -266,10 +266,14 @@ import json, os, sys
 from conftest import aot
 from kernels import line_kernels as k
 
-ptx = {flag: aot(kernel, k.SIGNATURE, {"BLOCK": 64}).asm["ptx"] for flag, kernel in k.KERNELS.items()}
+def ptx_and_cubin_names_cu(kernel):
+    asm = aot(kernel, k.SIGNATURE, {"BLOCK": 64}).asm
+    return asm["ptx"], sys.argv[2].encode() in asm["cubin"]
+
+out = {flag: ptx_and_cubin_names_cu(kernel) for flag, kernel in k.KERNELS.items()}
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
-ptx["TRITON_DISABLE_LINE_INFO=1"] = aot(k.default_kernel, k.SIGNATURE, {"BLOCK": 64}).asm["ptx"]
-json.dump(ptx, open(sys.argv[1], "w"))
+out["TRITON_DISABLE_LINE_INFO=1"] = ptx_and_cubin_names_cu(k.default_kernel)
+json.dump(out, open(sys.argv[1], "w"))
 """
 
 
@@ -278,7 +282,7 @@ def _line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def _cu_lines_in_ptx(ptx: str, source: Path) -> list[int]:
+def _lines_in_ptx(ptx: str, source: Path) -> list[int]:
     """The line numbers of the ``.loc`` directives into ``source`` (through its ``.file`` entry)."""
     files = [n for n, path in re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.MULTILINE) if path == str(source)]
     return [int(line) for n in files for line in re.findall(rf"^\s*\.loc\s+{n}\s+(\d+)\s", ptx, re.MULTILINE)]
@@ -288,18 +292,21 @@ def test_debug_flags_compile_and_the_ptx_points_into_the_cu(tmp_path):
     """-g, -gline-tables-only, -lineinfo (nvcc's spelling) and no flag compile (the first two once
     aborted the process in LLVM's DWARF writer; run in a child so that a crash fails only this test),
     and the kernel's PTX has a .file for the .cu with .loc lines of the raw function's body, as it has
-    for the kernel's Python lines. TRITON_DISABLE_LINE_INFO, Triton's switch, turns them off too."""
-    out = subprocess.run([sys.executable, "-c", COMPILE_WITH_EACH_LINE_FLAG, str(tmp_path / "ptx.json")],
+    for the kernel's Python lines; ptxas keeps them in the cubin's line table, which Nsight Compute
+    reads. TRITON_DISABLE_LINE_INFO, Triton's switch, turns them off too."""
+    out = subprocess.run([sys.executable, "-c", COMPILE_WITH_EACH_LINE_FLAG, str(tmp_path / "out.json"), LINES.name],
                          cwd=Path(__file__).parent, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    ptx = json.loads((tmp_path / "ptx.json").read_text())
+    compiled = json.loads((tmp_path / "out.json").read_text())
     body = range(_line_of(LINES, "scale_add(") + 1, _line_of(LINES, "}"))
     for flag in ("(default)", "-g", "-gline-tables-only", "-lineinfo"):
-        lines = _cu_lines_in_ptx(ptx[flag], LINES)
+        ptx, cubin_names_cu = compiled[flag]
+        lines = _lines_in_ptx(ptx, LINES)
         assert lines and all(line in body or line == 0 for line in lines), (flag, lines)
-        assert re.search(r"^\s*\.loc\s+\d+\s+\d+", ptx[flag], re.MULTILINE)  # the kernel's own lines stay
-    assert not _cu_lines_in_ptx(ptx["TRITON_DISABLE_LINE_INFO=1"], LINES)
-    assert ".loc" not in ptx["TRITON_DISABLE_LINE_INFO=1"]
+        assert _lines_in_ptx(ptx, KERNELS / "line_kernels.py"), flag  # and the kernel's Python lines
+        assert cubin_names_cu, flag
+    ptx, cubin_names_cu = compiled["TRITON_DISABLE_LINE_INFO=1"]
+    assert ".loc" not in ptx and not cubin_names_cu
 
 
 # ---- code ptxas would reject: named by .cu, line and function -------------------------------------
