@@ -1,12 +1,19 @@
 """Pass `triton-compat`: make textual IR from LLVM 22.1 (clang, llvmlite) fit for Triton's LLVM.
 
 Text in, text out, and the last step before Triton reads the IR (re-printing with llvmlite would
-re-add what this pass removes). On every Triton version it removes:
+re-add what this pass removes). On every Triton version it removes the first two and rewrites the
+third:
 
 * the ``"target-cpu"`` and ``"target-features"`` function attributes: they differ from the
   kernel's and stop Triton's O3 inliner from inlining the raw functions into the kernel;
 * the ``nvvm-reflect-ftz`` module flag (libraries only, ``drop_flags``): Triton sets it to 1,
-  clang writes 0, and the conflict at link time kills the Python process.
+  clang writes 0, and the conflict at link time kills the Python process;
+* the ``DebugDirectivesOnly`` emission kind of debug compile units, which becomes
+  ``LineTablesOnly``, the kind of the kernel's own unit. clang gives optimized device code
+  (``-g``, ``-gline-tables-only``) directives-only units: ``.loc`` lines but no DWARF entries. In
+  a kernel whose unit has DWARF entries, the entry of an inlined raw function refers to the
+  function's entry in the raw unit, which is never laid out, and LLVM's DWARF writer aborts the
+  process. As line tables the raw unit keeps the same ``.file``/``.loc`` lines.
 
 Only for Triton 3.6 (``legacy_llvm``: its LLVM is a 22.0 pre-release; 3.7 and newer read these)
 it also removes the ``nocreateundeforpoison`` attribute and the ``target_mem0``/``target_mem1``
@@ -28,6 +35,8 @@ _NEW_ATTRIBUTES = re.compile(r"\s*\bnocreateundeforpoison\b")
 _ACCESS_BITS = {"none": 0, "read": 1, "write": 2, "readwrite": 3}
 _ACCESS_NAMES = {bits: name for name, bits in _ACCESS_BITS.items()}
 _DROPPED_FLAGS = ("nvvm-reflect-ftz",)
+_DIRECTIVES_ONLY = re.compile(r"^(!\d+ = distinct !DICompileUnit\(.*\bemissionKind: )DebugDirectivesOnly\b",
+                              re.MULTILINE)
 
 
 def _drop_module_flags(text: str, names: tuple[str, ...]) -> str:
@@ -65,7 +74,7 @@ def _clean_memory(m: re.Match[str]) -> str:
 
 
 def triton_compat(text: str, drop_flags: bool = True, legacy_llvm: bool = LEGACY_LLVM) -> str:
-    """Apply the removals above; ``drop_flags=False`` keeps module flags (for whole kernels).
+    """Apply the edits above; ``drop_flags=False`` keeps module flags (for whole kernels).
 
     ``legacy_llvm`` defaults to whether the installed Triton is 3.6.
     """
@@ -77,4 +86,5 @@ def triton_compat(text: str, drop_flags: bool = True, legacy_llvm: bool = LEGACY
         return re.sub(r"\{\s+\}$", "{ nounwind }", group)  # an empty group does not parse
 
     text = _ATTRIBUTE_GROUP.sub(edit_group, text)
+    text = _DIRECTIVES_ONLY.sub(r"\1LineTablesOnly", text)
     return _drop_module_flags(text, _DROPPED_FLAGS) if drop_flags else text

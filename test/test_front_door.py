@@ -449,3 +449,136 @@ def test_doctor_without_llvmlite_reports_it_and_checks_the_rest(tmp_path):
     out = subprocess.run([sys.executable, "-c", use], env=env, capture_output=True, text=True, timeout=300)
     assert "triton-raw-ext needs llvmlite >= 0.50 to compile raw functions (No module named 'llvmlite'); " \
            "install it with `pip install 'llvmlite>=0.50'`" in out.stderr
+
+
+# ---- line information: Nsight Compute's source view shows the .cu lines ---------------------------
+
+LINES = KERNELS / "lines-device.cu"
+COMPILE_WITH_EACH_LINE_FLAG = """
+import json, os, sys
+from conftest import aot
+from kernels import line_kernels as k
+
+def ptx_and_cubin_names_cu(kernel):
+    asm = aot(kernel, k.SIGNATURE, {"BLOCK": 64}).asm
+    return asm["ptx"], sys.argv[2].encode() in asm["cubin"]
+
+out = {flag: ptx_and_cubin_names_cu(kernel) for flag, kernel in k.KERNELS.items()}
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+out["TRITON_DISABLE_LINE_INFO=1"] = ptx_and_cubin_names_cu(k.default_kernel)
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def _line_of(path: Path, text: str) -> int:
+    """The 1-based number of the first line of ``path`` that contains ``text``."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def _lines_in_ptx(ptx: str, source: Path) -> list[int]:
+    """The line numbers of the ``.loc`` directives into ``source`` (through its ``.file`` entry)."""
+    files = [n for n, path in re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.MULTILINE) if path == str(source)]
+    return [int(line) for n in files for line in re.findall(rf"^\s*\.loc\s+{n}\s+(\d+)\s", ptx, re.MULTILINE)]
+
+
+def test_debug_flags_compile_and_the_ptx_points_into_the_cu(tmp_path):
+    """-g, -gline-tables-only, -lineinfo (nvcc's spelling) and no flag compile (the first two once
+    aborted the process in LLVM's DWARF writer; run in a child so that a crash fails only this test),
+    and the kernel's PTX has a .file for the .cu with .loc lines of the raw function's body, as it has
+    for the kernel's Python lines; ptxas keeps them in the cubin's line table, which Nsight Compute
+    reads. TRITON_DISABLE_LINE_INFO, Triton's switch, turns them off too."""
+    out = subprocess.run([sys.executable, "-c", COMPILE_WITH_EACH_LINE_FLAG, str(tmp_path / "out.json"), LINES.name],
+                         cwd=Path(__file__).parent, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    compiled = json.loads((tmp_path / "out.json").read_text())
+    body = range(_line_of(LINES, "scale_add(") + 1, _line_of(LINES, "}"))
+    for flag in ("(default)", "-g", "-gline-tables-only", "-lineinfo"):
+        ptx, cubin_names_cu = compiled[flag]
+        lines = _lines_in_ptx(ptx, LINES)
+        assert lines and all(line in body or line == 0 for line in lines), (flag, lines)
+        assert _lines_in_ptx(ptx, KERNELS / "line_kernels.py"), flag  # and the kernel's Python lines
+        assert cubin_names_cu, flag
+    ptx, cubin_names_cu = compiled["TRITON_DISABLE_LINE_INFO=1"]
+    assert ".loc" not in ptx and not cubin_names_cu
+
+
+# ---- code ptxas would reject: named by .cu, line and function -------------------------------------
+
+PTXAS_ERRORS = KERNELS / "ptxas-errors-device.cu"
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def uses_helper(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def uses_cxx_helper(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def bad_asm(x): ...
+
+
+@dialect(name="cuda", file=f"kernels/{PTXAS_ERRORS.name}")
+def twice(x): ...
+
+
+@triton.jit
+def _calls_undefined(x_ptr):
+    tl.store(x_ptr, uses_helper(tl.load(x_ptr)))
+
+
+@triton.jit
+def _calls_undefined_cxx(x_ptr):
+    tl.store(x_ptr, uses_cxx_helper(tl.load(x_ptr)))
+
+
+@triton.jit
+def _bad_inline_ptx(x_ptr):
+    tl.store(x_ptr, bad_asm(tl.load(x_ptr)))
+
+
+@triton.jit
+def _bad_triton_inline_ptx(x_ptr):
+    x = tl.inline_asm_elementwise("not.an.instruction; mov.b32 $0, $1;", "=r,r", [tl.load(x_ptr)], dtype=tl.float32,
+                                  is_pure=True, pack=1)
+    tl.store(x_ptr, twice(x))
+
+
+def test_undefined_callee_names_the_cu_line_function_and_fix():
+    message = aot_error(_calls_undefined, {"x_ptr": "*i32"})
+    assert f"raw function uses_helper at {PTXAS_ERRORS}:{_line_of(PTXAS_ERRORS, 'return helper(')} calls helper, " \
+           f"which is declared but defined nowhere in the kernel (not in {PTXAS_ERRORS}, its libs=, libdevice nor " \
+           f"NVSHMEM); define helper in {PTXAS_ERRORS.name} or a file it includes, or give the device library that " \
+           f"defines it with @dialect(libs=[...])" in message
+    assert "Internal Triton PTX codegen error" not in message
+
+
+def test_undefined_cxx_callee_is_named_by_its_signature():
+    message = aot_error(_calls_undefined_cxx, {"x_ptr": "*i32"})
+    assert f"raw function uses_cxx_helper at {PTXAS_ERRORS}:{_line_of(PTXAS_ERRORS, 'cxx_helper(x)')} calls " \
+           "cxx_helper(int) [_Z10cxx_helperi], which is declared but defined nowhere" in message
+
+
+def test_undefined_callee_without_line_tables_names_the_function(monkeypatch):
+    monkeypatch.setenv("TRITON_DISABLE_LINE_INFO", "1")
+    message = aot_error(_calls_undefined, {"x_ptr": "*i32"})
+    assert f"raw function uses_helper in {PTXAS_ERRORS} calls helper, which is declared but defined nowhere" in message
+
+
+def test_inline_ptx_that_ptxas_rejects_names_the_cu_line_and_function(capfd):
+    message = aot_error(_bad_inline_ptx, {"x_ptr": "*fp32"})
+    line = _line_of(PTXAS_ERRORS, "not.an.instruction")
+    assert f"raw function bad_asm at {PTXAS_ERRORS}:{line}: ptxas (sm_90a) rejects the PTX it compiles to: " \
+           "Unknown modifier '.an'" in message
+    assert "PTX line " in message and ": not.an.instruction;" in message
+    assert f"fix the PTX of the asm statement at {PTXAS_ERRORS}:{line}" in message
+    assert "please share the reproducer" not in capfd.readouterr().out  # Triton's printout of the whole PTX
+
+
+def test_ptxas_error_in_the_triton_code_stays_tritons(capfd):
+    from triton.runtime.errors import PTXASError
+
+    with pytest.raises(PTXASError, match="Internal Triton PTX codegen error"):
+        aot(_bad_triton_inline_ptx, {"x_ptr": "*fp32"})
+    assert "please share the reproducer" in capfd.readouterr().out

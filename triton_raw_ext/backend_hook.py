@@ -1,6 +1,6 @@
 """The Triton backend hook, installed on import of :mod:`triton_raw_ext`.
 
-It wraps the NVIDIA backend's `llir` stage:
+It wraps the NVIDIA backend's `llir` and `cubin` stages:
 
 1. Raw libraries: the TTGIR's ``tt.extern_elementwise`` calls into ``triton_raw`` name the `.ll`
    files to link; they, each followed by its user libraries (``libs=``), are put in front of
@@ -10,6 +10,9 @@ It wraps the NVIDIA backend's `llir` stage:
    Triton's own ftz setting.
 2. NVSHMEM: if the optimized kernel IR still declares NVSHMEM functions, NVSHMEM's device bitcode
    is linked once (:mod:`triton_raw_ext.nvshmem_link`).
+3. Errors in raw code: a function the raw code calls that nothing defines (after the links above),
+   and PTX of the raw code that ptxas rejects (in the `cubin` stage), are reported against the
+   `.cu` (:mod:`triton_raw_ext.raw_code_errors`).
 
 It chains with a previously installed ``add_stages_inspection_hook`` (called first), and leaves a
 kernel without raw calls to the stage it found, untouched. Where Triton puts the hook into its cache
@@ -29,6 +32,7 @@ from triton.backends.nvidia.compiler import sm_arch_from_capability
 from .cu_compiler import SIGNATURE_FILE
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
+from .raw_code_errors import check_undefined_calls, ptxas_errors_in_raw_code
 from .triton_version import stage_hook
 from .version import code_digest
 
@@ -56,25 +60,41 @@ def raw_libraries(ttgir: str) -> dict[str, str]:
     return {f"{LIBRARY_NAME}_{i}": path for i, path in enumerate(paths)}
 
 
-def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
+def _wrap_llir(backend, stages: dict, options, capability: int, linked: list[Path]) -> None:
     original = stages["llir"]
 
     def make_llir(src, metadata):
         libs = raw_libraries(str(src))
         if not libs:
             return original(src, metadata)
+        linked.extend(Path(path) for path in libs.values())
         # Raw libraries first: Triton links the list in order, each library only for what is still
         # undefined, so libdevice (in Triton's list) then resolves the raw code's __nv_* calls too.
         extern_libs = libs | dict(options.extern_libs or ())
         llir = backend.make_llir(src, metadata, dataclasses.replace(options, extern_libs=extern_libs), capability)
-        return link_nvshmem(llir, capability, sm_arch_from_capability(capability), metadata)
+        llir = link_nvshmem(llir, capability, sm_arch_from_capability(capability), metadata)
+        check_undefined_calls(llir, linked)
+        return llir
 
     stages["llir"] = make_llir
 
 
+def _wrap_cubin(stages: dict, linked: list[Path]) -> None:
+    original = stages["cubin"]
+
+    def make_cubin(src, metadata):
+        with ptxas_errors_in_raw_code(src, linked):
+            return original(src, metadata)
+
+    stages["cubin"] = make_cubin
+
+
 def _add_stages(backend, stages: dict, options, language, capability: int) -> None:
     if backend.target.backend == "cuda" and "llir" in stages:
-        _wrap_llir(backend, stages, options, capability)
+        linked: list[Path] = []  # the libraries this compile's llir stage links, for the later stages' errors
+        _wrap_llir(backend, stages, options, capability, linked)
+        if "cubin" in stages:
+            _wrap_cubin(stages, linked)
 
 
 def install() -> None:

@@ -17,10 +17,10 @@ info says which scalar results, and which fields of struct results, are unsigned
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 
-_NODE = re.compile(r"^!(\d+) = (?:distinct )?!(\w*)[({](.*)[)}]$", re.MULTILINE)
+from .debug_metadata import MetadataNodes, field
+
 _QUALIFIERS = ("DW_TAG_typedef", "DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
                "DW_TAG_atomic_type")  # fmt: skip
 _POINTERS = ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
@@ -34,48 +34,37 @@ _BASE_TYPES = {
 _STRUCTS = {"__half": "float16", "__nv_bfloat16": "bfloat16"}
 
 
-def _field(body: str, key: str) -> str | None:
-    m = re.search(rf'(?:^|[ ,(]){key}: ("[^"]*"|[^,]+)', body)
-    return m.group(1).strip('"') if m else None
-
-
-class _Nodes:
-    """The metadata nodes of a module's text: ``!12 = !DIBasicType(...)`` as 12 -> (kind, body)."""
-
-    def __init__(self, ir_text: str) -> None:
-        self.nodes = {m.group(1): (m.group(2), m.group(3)) for m in _NODE.finditer(ir_text)}
-
-    def get(self, ref: str | None) -> tuple[str, str] | None:
-        return self.nodes.get(ref.lstrip("!")) if ref and ref.startswith("!") else None
+class _Nodes(MetadataNodes):
+    """The metadata nodes, with the type walks this module needs."""
 
     def strip(self, ref: str | None, tags: tuple[str, ...]) -> tuple[str, str] | None:
         """The node ``ref`` names, following ``baseType`` through the derived types with ``tags``."""
         node = self.get(ref)
-        while node and node[0] == "DIDerivedType" and _field(node[1], "tag") in tags:
-            node = self.get(_field(node[1], "baseType"))
+        while node and node[0] == "DIDerivedType" and field(node[1], "tag") in tags:
+            node = self.get(field(node[1], "baseType"))
         return node
 
     def return_type(self, subprogram: str) -> str | None:
         """The reference to a subprogram's return type (None for ``void``)."""
-        routine = self.get(_field(subprogram, "type"))
-        types = self.get(_field(routine[1], "types")) if routine else None
+        routine = self.get(field(subprogram, "type"))
+        types = self.get(field(routine[1], "types")) if routine else None
         first = types[1].split(",")[0].strip() if types else ""
         return first if first.startswith("!") else None
 
 
 def _element_type(nodes: _Nodes, subprogram: str) -> str | None:
     pointer = nodes.strip(nodes.return_type(subprogram), _QUALIFIERS)
-    if not pointer or pointer[0] != "DIDerivedType" or _field(pointer[1], "tag") not in _POINTERS:
+    if not pointer or pointer[0] != "DIDerivedType" or field(pointer[1], "tag") not in _POINTERS:
         return None
-    base = nodes.strip(_field(pointer[1], "baseType"), _QUALIFIERS)
+    base = nodes.strip(field(pointer[1], "baseType"), _QUALIFIERS)
     if base is None:
         return None
     kind, body = base
     if kind == "DIBasicType":
-        size = _field(body, "size")
-        return _BASE_TYPES.get((_field(body, "encoding") or "", int(size) if size else 0))
+        size = field(body, "size")
+        return _BASE_TYPES.get((field(body, "encoding") or "", int(size) if size else 0))
     if kind == "DICompositeType":
-        return _STRUCTS.get(_field(body, "name") or "")
+        return _STRUCTS.get(field(body, "name") or "")
     return None
 
 
@@ -84,7 +73,7 @@ def _definitions(nodes: _Nodes, symbols: Iterable[str]) -> Iterator[tuple[str, s
     wanted = set(symbols)
     for kind, body in nodes.nodes.values():
         if kind == "DISubprogram" and "DISPFlagDefinition" in body:
-            symbol = _field(body, "linkageName") or _field(body, "name")
+            symbol = field(body, "linkageName") or field(body, "name")
             if symbol in wanted:
                 yield symbol, body
 
@@ -111,27 +100,27 @@ def _leaves(nodes: _Nodes, ref: str | None) -> list[str | None] | None:
     if node is None:
         return None
     kind, body = node
-    tag = _field(body, "tag")
+    tag = field(body, "tag")
     if kind == "DIBasicType":
-        size = _field(body, "size")
-        name = _BASE_TYPES.get((_field(body, "encoding") or "", int(size) if size else 0), "")
+        size = field(body, "size")
+        name = _BASE_TYPES.get((field(body, "encoding") or "", int(size) if size else 0), "")
         return [name if name.startswith("uint") else None]
     if kind == "DIDerivedType" and tag in _POINTERS:
         return [None]
     if kind != "DICompositeType":
         return None
-    if _field(body, "name") in _STRUCTS or tag == "DW_TAG_enumeration_type":
+    if field(body, "name") in _STRUCTS or tag == "DW_TAG_enumeration_type":
         return [None]
-    elements = nodes.get(_field(body, "elements"))
+    elements = nodes.get(field(body, "elements"))
     refs = [r.strip() for r in elements[1].split(",") if r.strip()] if elements else []
     if tag == "DW_TAG_array_type":
         count = 1
         for subrange in (nodes.get(r) for r in refs):
-            size = _field(subrange[1], "count") if subrange else None
+            size = field(subrange[1], "count") if subrange else None
             if size is None or not size.isdigit():
                 return None
             count *= int(size)
-        element = _leaves(nodes, _field(body, "baseType"))
+        element = _leaves(nodes, field(body, "baseType"))
         return None if element is None else element * count
     if tag not in ("DW_TAG_structure_type", "DW_TAG_class_type"):
         return None
@@ -139,12 +128,12 @@ def _leaves(nodes: _Nodes, ref: str | None) -> list[str | None] | None:
     for member in (nodes.get(r) for r in refs):
         if member is None or member[0] != "DIDerivedType":
             continue  # methods (DISubprogram) take no room
-        flags = _field(member[1], "flags") or ""
-        if _field(member[1], "tag") not in ("DW_TAG_member", "DW_TAG_inheritance") or "DIFlagStaticMember" in flags:
+        flags = field(member[1], "flags") or ""
+        if field(member[1], "tag") not in ("DW_TAG_member", "DW_TAG_inheritance") or "DIFlagStaticMember" in flags:
             continue
         if "DIFlagBitField" in flags:
             return None
-        inner = _leaves(nodes, _field(member[1], "baseType"))
+        inner = _leaves(nodes, field(member[1], "baseType"))
         if inner is None:
             return None
         found += inner

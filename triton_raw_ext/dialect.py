@@ -28,7 +28,7 @@ from pathlib import Path
 from triton.runtime.jit import JITCallable
 
 from .cache import digest
-from .cu_compiler import CompileSpec, RawLibrary, compile_raw_library, source_files
+from .cu_compiler import CompileSpec, RawLibrary, compile_raw_library, line_info, source_files
 from .errors import RawCompileError
 from .source_watch import Stamp, stamp
 from .toolchain import find_clang, find_cuda_headers
@@ -101,7 +101,8 @@ class RawFunction:
         read = sorted(source_files(self.spec)) + list(self.spec.libs)
         self.source_stamps = {path: stamp(path) for path in read}  # before reading: a later write shows
         parts: list[str | bytes] = [code_digest(), find_clang().identity, str(find_cuda_headers())]
-        parts += [repr((self.spec.clang_flags, [str(d) for d in self.spec.include_dirs], self.spec.defines))]
+        parts += [repr((self.spec.clang_flags, [str(d) for d in self.spec.include_dirs], self.spec.defines,
+                        line_info()))]
         for path in read:
             parts += [str(path), path.read_bytes()]
         if self.spec.library == "nvshmem":
@@ -162,7 +163,8 @@ def _defines(value: Mapping[str, object] | Iterable[str] | None) -> tuple[str, .
 
 
 def _clang_flags(value: Iterable[str] | None) -> tuple[str, ...]:
-    flags = _as_tuple(value, "clang_flags")
+    # nvcc's -lineinfo is clang's -gline-tables-only; clang would take it for a linker input and ignore it.
+    flags = tuple("-gline-tables-only" if flag == "-lineinfo" else flag for flag in _as_tuple(value, "clang_flags"))
     for flag in flags:
         if " " in flag.strip() and flag.strip().startswith("-"):
             raise RawCompileError(f"@dialect clang_flags=[{flag!r}]: one flag per list item "
