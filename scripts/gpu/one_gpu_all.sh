@@ -38,7 +38,7 @@ part() {
   ROWS+=("$name $rc $((SECONDS - t0))")
 }
 
-part runtime 120 env RUNTIME_SUITE_CYCLES="${RUNTIME_SUITE_CYCLES:-5}" RUNTIME_SUITE_CORE_TIMEOUT_S=45 \
+part runtime 140 env RUNTIME_SUITE_CYCLES="${RUNTIME_SUITE_CYCLES:-5}" RUNTIME_SUITE_CORE_TIMEOUT_S=45 \
   python3 scripts/gpu/runtime_suite.py
 part tutorial2 170 env T2_BUDGET_S=160 bash scripts/gpu/tutorial2_suite.sh
 part tutorial3 280 bash scripts/gpu/tutorial3_suite.sh
