@@ -39,13 +39,13 @@ from typing import Any
 
 import torch
 
-from triton_raw_ext.timing import percentile, rank_max
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tutorials/: the helpers they share
 
 from allreduce import DTYPE_NAMES, AllReduceRMSNorm, parse_tuning  # noqa: E402
 from arn_plan import Push, Tuning, effective_bytes  # noqa: E402
 from arn_reference import make_inputs  # noqa: E402
+from common.timing import percentile, rank_max  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EPS = 1e-6

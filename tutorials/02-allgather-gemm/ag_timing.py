@@ -6,7 +6,7 @@ launch overhead is not timed), then events around the operation. The host time o
 measured too: when it exceeds the sleep, the GPU waited for the host and the device time includes
 that wait, which the benchmark reports (``host_enqueue`` against ``host_lead_us``). The per-repeat
 times of all ranks are reduced with a max per repeat (the collective is as slow as its slowest rank);
-the summaries come from :mod:`triton_raw_ext.timing`.
+the summaries come from ``tutorials/common/timing.py``.
 """
 
 from __future__ import annotations

@@ -29,13 +29,13 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tutorials/: the helpers they share
 
 import ag_reference as reference  # noqa: E402
 import ag_timing as timing  # noqa: E402
 from ag_gemm import DTYPES, ISSUE_SHAPES, AllGatherGEMM, _parse_shape  # noqa: E402
 from ag_schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops  # noqa: E402
-
-from triton_raw_ext.timing import rank_max, summarize  # noqa: E402
+from common.timing import rank_max, summarize  # noqa: E402
 
 GOAL_RATIO = 0.90  # world 1 (issue 5): best AG-GEMM at least this fraction of torch.matmul's speed
 GOAL_VS_GEMM_ALONE = 1.05  # world > 1 (issue 7): best AG-GEMM total at most this times its GEMM alone

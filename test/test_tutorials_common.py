@@ -1,10 +1,15 @@
-"""triton_raw_ext.timing: the benchmark summaries the three tutorials share."""
+"""tutorials/common: the benchmark summaries the three tutorials share."""
 
 from __future__ import annotations
 
-import pytest
+import sys
 
-from triton_raw_ext.timing import percentile, rank_max, summarize
+import pytest
+from conftest import TUTORIALS
+
+sys.path.insert(0, str(TUTORIALS))
+
+from common.timing import percentile, rank_max, summarize  # noqa: E402
 
 
 def test_percentile_interpolates_between_order_statistics():

@@ -1,4 +1,4 @@
-"""Summaries of benchmark timings, shared by the tutorials' ``benchmark.py`` (pure Python, no GPU).
+"""Summaries of benchmark timings for the tutorials' ``benchmark.py`` (pure Python, no GPU).
 
 A collective operation is as slow as its slowest rank, so per-repeat times are reduced across ranks
 with :func:`rank_max` before they are summarised with :func:`percentile` / :func:`summarize`.
