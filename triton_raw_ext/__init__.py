@@ -4,8 +4,6 @@
 gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.backend_hook`).
 """
 
-from pathlib import Path as _Path
-
 try:
     import llvmlite as _llvmlite  # noqa: F401
     import triton as _triton  # noqa: F401
@@ -19,12 +17,6 @@ from .triton_version import unsupported_reason as _unsupported_reason  # noqa: E
 
 if _unsupported_reason() is not None:
     raise ImportError(_unsupported_reason())
-
-# In a source checkout the `passes/` and `runtime/` folders sit beside this package (installs map
-# them to triton_raw_ext.passes and triton_raw_ext.runtime): serve them from there too.
-_checkout = _Path(__file__).resolve().parent.parent
-if not (_Path(__file__).parent / "passes").is_dir() and (_checkout / "passes" / "__init__.py").is_file():
-    __path__.append(str(_checkout))
 
 from .backend_hook import install as _install_backend_hook  # noqa: E402
 from .dialect import RawFunction, dialect  # noqa: E402
