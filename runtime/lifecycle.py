@@ -30,6 +30,7 @@ from typing import Any
 
 from triton_raw_ext.errors import RawRuntimeError
 
+from . import heap
 from .watchdog import PeerWatchdog
 
 FINALIZE_TIMEOUT_ENV = "TRITON_RAW_FINALIZE_TIMEOUT_S"
@@ -321,9 +322,7 @@ def finalize(timeout_s: float | None = None) -> None:
         if session is None:
             return
         _session = None
-        from .memory import take_outstanding
-
-        pending = take_outstanding(session.serial)
+        pending = heap.take_outstanding(session.serial)
         if session.watchdog is not None:
             session.watchdog.stop()
             if session.watchdog.aborted:

@@ -17,25 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from triton_raw_ext.errors import RawRuntimeError
 
-from . import lifecycle
+from . import heap, lifecycle
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass
-class _Allocation:
-    ptr: int
-    nbytes: int
-    device: int
-    serial: int
-    freed: bool = False
-    buffer: weakref.ref[_DeviceBuffer] | None = None
 
 
 class _DeviceBuffer:
@@ -46,7 +35,7 @@ class _DeviceBuffer:
     holds the owning buffer to keep the allocation alive.
     """
 
-    def __init__(self, ptr: int, nbytes: int, owner: _Allocation | None, keep: _DeviceBuffer | None) -> None:
+    def __init__(self, ptr: int, nbytes: int, owner: heap.Allocation | None, keep: _DeviceBuffer | None) -> None:
         self._ptr = ptr
         self._nbytes = nbytes
         self._keep = keep
@@ -58,18 +47,11 @@ class _DeviceBuffer:
         return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False), "version": 2}
 
 
-_live: dict[int, _Allocation] = {}
-_stats = {"allocated": 0, "freed": 0}
-
-
-def _release(alloc: _Allocation) -> None:
+def _release(alloc: heap.Allocation) -> None:
     """Free ``alloc`` unless finalize() already did (collective)."""
     with lifecycle.LOCK:
-        if alloc.freed:
+        if not heap.release(alloc):
             return
-        alloc.freed = True
-        _live.pop(alloc.ptr, None)
-        _stats["freed"] += 1
         session = lifecycle.current()
         if session is None or session.serial != alloc.serial:
             return
@@ -80,28 +62,6 @@ def _release(alloc: _Allocation) -> None:
             "earlier; "
             f"run with CUDA_LAUNCH_BLOCKING=1 to find it); the memory was freed"
         )
-
-
-def take_outstanding(serial: int) -> list[int]:
-    """Mark every live allocation of session ``serial`` freed; return their pointers in allocation order.
-
-    The caller (finalize) frees them collectively; the allocations' finalizers then do nothing.
-    """
-    with lifecycle.LOCK:
-        ptrs = []
-        for ptr, alloc in list(_live.items()):
-            if alloc.serial == serial:
-                alloc.freed = True
-                _stats["freed"] += 1
-                del _live[ptr]
-                ptrs.append(ptr)
-        return ptrs
-
-
-def heap_stats() -> dict[str, int]:
-    """Counts of symmetric allocations: ``allocated`` and ``freed`` since import, ``live`` now."""
-    with lifecycle.LOCK:
-        return {"allocated": _stats["allocated"], "freed": _stats["freed"], "live": len(_live)}
 
 
 def _as_tensor(buffer: _DeviceBuffer, nbytes: int, dtype: torch.dtype, device: int) -> torch.Tensor:
@@ -154,9 +114,8 @@ def empty(
                 "(e.g. 8G) "
                 f"before init()"
             )
-        alloc = _Allocation(ptr=ptr, nbytes=nbytes, device=session.device, serial=session.serial)
-        _live[ptr] = alloc
-        _stats["allocated"] += 1
+        alloc = heap.Allocation(ptr=ptr, nbytes=nbytes, device=session.device, serial=session.serial)
+        heap.record(alloc)
     buffer = _DeviceBuffer(ptr, max(nbytes, 1), alloc, None)
     alloc.buffer = weakref.ref(buffer)
     return _as_tensor(buffer, nbytes, dtype, session.device).view(dims)
@@ -175,8 +134,8 @@ def zeros(
     return tensor
 
 
-def _allocation_of(tensor: torch.Tensor) -> _Allocation:
-    alloc = _live.get(tensor.untyped_storage().data_ptr())
+def _allocation_of(tensor: torch.Tensor) -> heap.Allocation:
+    alloc = heap.lookup(tensor.untyped_storage().data_ptr())
     if alloc is None:
         raise RawRuntimeError(
             "peer() needs a symmetric tensor made by triton_raw_ext.runtime.empty()/zeros() (or a view of "

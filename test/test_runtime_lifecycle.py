@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from triton_raw_ext.runtime import lifecycle, memory
+from triton_raw_ext.runtime import heap, lifecycle, memory
 
 from triton_raw_ext import runtime
 from triton_raw_ext.errors import RawRuntimeError
@@ -70,9 +70,9 @@ def _install(monkeypatch: pytest.MonkeyPatch, lib: FakeLib, owned: bool = True) 
     return session
 
 
-def _fake_allocation(session: lifecycle.Session, ptr: int) -> memory._Allocation:
-    alloc = memory._Allocation(ptr=ptr, nbytes=64, device=0, serial=session.serial)
-    memory._live[ptr] = alloc
+def _fake_allocation(session: lifecycle.Session, ptr: int) -> heap.Allocation:
+    alloc = heap.Allocation(ptr=ptr, nbytes=64, device=0, serial=session.serial)
+    heap.record(alloc)
     return alloc
 
 
@@ -207,7 +207,7 @@ def test_memory_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(RawRuntimeError, match="PE 1 is not reachable by load/store from PE 0"):
             runtime.peer(plain, 1)
     finally:
-        memory._live.pop(plain.untyped_storage().data_ptr())
+        heap.release(heap.lookup(plain.untyped_storage().data_ptr()))
 
 
 _EXIT_HANG = """
@@ -226,12 +226,12 @@ def test_a_failed_wait_before_nvshmem_malloc_is_reported_and_allocates_nothing(
     session = _install(monkeypatch, FakeLib(wait_error=700))
     aborts: list[str] = []
     session.watchdog = SimpleNamespace(post_abort=aborts.append)  # peers wait in nvshmem_malloc for us
-    live = memory.heap_stats()["live"]
+    live = runtime.heap_stats()["live"]
     expected = (r"waiting for GPU 0 before nvshmem_malloc reported cudaError 700.*CUDA_LAUNCH_BLOCKING=1.*"
                 r"nothing was allocated, and the other PEs were told to stop")  # fmt: skip
     with pytest.raises(RawRuntimeError, match=expected):
         runtime.zeros(8)
-    assert memory.heap_stats()["live"] == live
+    assert runtime.heap_stats()["live"] == live
     assert len(aborts) == 1 and "cudaError 700" in aborts[0]
 
 
