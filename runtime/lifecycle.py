@@ -206,7 +206,7 @@ HOST_BARRIER_TIMEOUT_S = 600.0
 
 def host_barrier(timeout_s: float = HOST_BARRIER_TIMEOUT_S) -> None:
     """Return once every PE has called host_barrier (collective; no GPU work, unlike
-    :func:`barrier_all`). Used after loading kernels (:mod:`triton_raw_ext.preload`) so that no PE
+    :func:`barrier_all`). Used after loading kernels (:mod:`triton_raw_ext.kernel_loading`) so that no PE
     enqueues waiting kernels while another still loads. Goes through torch.distributed's store; a
     no-op for one PE or when NVSHMEM was initialised by another owner. Raises after ``timeout_s``
     naming how many PEs arrived."""

@@ -286,7 +286,13 @@ def test_host_barrier_is_a_no_op_without_a_store(monkeypatch: pytest.MonkeyPatch
 
 
 def test_preload_load_names_what_it_needs() -> None:
-    from triton_raw_ext.preload import load
+    from triton_raw_ext.kernel_loading import load
 
     with pytest.raises(TypeError, match="expected a triton CompiledKernel"):
         load(object())
+
+
+def test_preload_is_a_function_of_the_package() -> None:
+    from triton_raw_ext import kernel_loading, preload
+
+    assert preload is kernel_loading.preload  # not a module: `from triton_raw_ext import preload` then call it

@@ -312,7 +312,7 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
-    from triton_raw_ext import preload, runtime
+    from triton_raw_ext import kernel_loading, runtime
 
     class Driver:
         class utils:
@@ -329,7 +329,7 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
         return kernel
 
     monkeypatch.setattr(driver, "_active", Driver())
-    monkeypatch.setattr(preload, "load", load)
+    monkeypatch.setattr(kernel_loading, "load", load)
     monkeypatch.setattr(runtime, "host_barrier", lambda: None)
     op = allreduce.AllReduceRMSNorm.__new__(allreduce.AllReduceRMSNorm)
     op.world, op.rank, op.group, op.hidden, op.dtype, op.max_tokens = 4, 0, None, 2048, torch.bfloat16, 4096

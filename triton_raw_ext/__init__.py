@@ -1,7 +1,8 @@
 """triton-raw-ext: raw CUDA device functions (and NVSHMEM) inside stock Triton kernels (3.6-3.9).
 
 ``from triton_raw_ext import dialect`` registers functions; ``import triton_raw_ext.language as raw``
-gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.backend_hook`).
+gives ``raw.call``; ``triton_raw_ext.preload`` compiles and loads a kernel ahead of its launches.
+Importing the package installs the backend hook (see :mod:`.backend_hook`).
 """
 
 try:
@@ -21,9 +22,10 @@ if _unsupported_reason() is not None:
 from .backend_hook import install as _install_backend_hook  # noqa: E402
 from .dialect import RawFunction, dialect  # noqa: E402
 from .errors import RawCompileError, RawRuntimeError  # noqa: E402
+from .kernel_loading import preload  # noqa: E402
 from .knobs import knobs  # noqa: E402
 from .version import __version__  # noqa: E402
 
 _install_backend_hook()
 
-__all__ = ["RawCompileError", "RawFunction", "RawRuntimeError", "__version__", "dialect", "knobs"]
+__all__ = ["RawCompileError", "RawFunction", "RawRuntimeError", "__version__", "dialect", "knobs", "preload"]
