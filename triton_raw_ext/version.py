@@ -15,14 +15,15 @@ CODE_SUFFIXES = (".py", ".h", ".cu")
 
 def code_files() -> list[tuple[str, Path]]:
     """Every Python module and header of the plugin (its three packages, wherever the install maps them
-    from), as (name inside the package, path), in a fixed order."""
-    files = []
-    for package in PACKAGES:
+    from), as (name inside its package, path), in a fixed order; each file once, named by the innermost
+    package (a wheel nests passes/ and runtime/ inside the package folder, an editable install does not)."""
+    files: dict[Path, str] = {}
+    for package in reversed(PACKAGES):
         for folder in importlib.util.find_spec(package).submodule_search_locations:
             for path in Path(folder).rglob("*"):
                 if path.suffix in CODE_SUFFIXES and "__pycache__" not in path.parts and path.is_file():
-                    files.append((f"{package}/{path.relative_to(folder).as_posix()}", path))
-    return sorted(set(files))
+                    files.setdefault(path.resolve(), f"{package}/{path.relative_to(folder).as_posix()}")
+    return sorted((name, path) for path, name in files.items())
 
 
 @functools.lru_cache(maxsize=1)
