@@ -3,7 +3,7 @@
 Both kernels read x and write x + 1 (fp32) over ``--gib`` GiB of input; timed in one run with
 CUDA events (triton.testing.do_bench, median) after warmup, alternating the two variants so that
 clock drift affects both. Writes JSON (date, GPU, versions, command, medians, ratio) to --out.
-Goal (issue): raw >= 0.98x the bandwidth of pure Triton.
+Goal: raw >= 0.98x the bandwidth of pure Triton.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from triton_raw_ext.cu_compiler import CompileSpec
-from triton_raw_ext.dialect import RawFunction
-from triton_raw_ext.source_watch import _pre_run, stamp
+from triton_raw_ext.dialect import RawFunction, stamp
+from triton_raw_ext.source_watch import _pre_run
 
 HERE = Path(__file__).resolve().parent
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 
 from .module_io import defined_functions, function_attributes, infer_function_attributes, parse
+from .tool_pass import Option, OptionValues, ToolContext, ToolPass, names
 
 WRAPPER_SUFFIX = "__triton"
 WORD_BITS = 64
@@ -364,3 +365,14 @@ def abi_wrappers(mod: llvm.ModuleRef, functions: list[str] | None = None) -> Wra
         header = [f'target datalayout = "{mod.data_layout}"', f'target triple = "{mod.triple}"', *types]
         mod.link_in(parse("\n".join(header + pieces), "<abi wrappers>"))
     return report
+
+
+def _run(mod: llvm.ModuleRef, options: OptionValues, context: ToolContext) -> list[str]:
+    report = abi_wrappers(mod, options["functions"])
+    lines = [f"wrapped {w.target} as {', '.join(w.words or [w.symbol])}" for w in report.wrapped]
+    return lines + [f"cannot wrap {fn}: {reason}" for fn, reason in report.unsupported.items()]
+
+
+ABI_WRAPPERS_PASS = ToolPass(
+    "abi-wrappers", (Option("functions", "functions to wrap (default: exported)", names),), run=_run
+)

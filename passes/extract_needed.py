@@ -12,6 +12,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from .module_io import defined_functions, global_dce
+from .tool_pass import Option, OptionValues, ToolContext, ToolPass, names
 
 
 def extract_needed(mod: llvm.ModuleRef, keep: set[str], keep_globals: set[str] = frozenset()) -> list[str]:
@@ -25,3 +26,18 @@ def extract_needed(mod: llvm.ModuleRef, keep: set[str], keep_globals: set[str] =
             gv.linkage = llvm.Linkage.internal
     global_dce(mod)
     return sorted(keep - defined)
+
+
+def _run(mod: llvm.ModuleRef, options: OptionValues, context: ToolContext) -> list[str]:
+    missing = extract_needed(mod, set(options["keep"]), set(options["keep-globals"] or ()))
+    if missing:
+        raise ValueError(f"extract-needed: the module does not define {', '.join(missing)}; check --keep")
+    return []
+
+
+EXTRACT_NEEDED_PASS = ToolPass(
+    "extract-needed",
+    (Option("keep", "functions to keep (with what they call)", names, required=True),
+     Option("keep-globals", "globals kept external", names)),
+    run=_run,
+)  # fmt: skip

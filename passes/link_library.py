@@ -13,9 +13,12 @@ library functions that were linked in. Used after Triton's `llir` stage to link 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import llvmlite.binding as llvm
 
 from .module_io import defined_functions, function_attributes, global_dce, nvptx_target_machine
+from .tool_pass import Option, OptionValues, ToolContext, ToolPass, names
 
 
 def link_library(kernel: llvm.ModuleRef, library: llvm.ModuleRef, keep_globals: set[str] = frozenset(),
@@ -43,3 +46,17 @@ def link_library(kernel: llvm.ModuleRef, library: llvm.ModuleRef, keep_globals: 
             fpm.run(fn, pb)
     global_dce(kernel)
     return names
+
+
+def _run(mod: llvm.ModuleRef, options: OptionValues, context: ToolContext) -> list[str]:
+    library = context.read_module(options["library"])
+    linked = link_library(mod, library, set(options["keep-globals"] or ()), context.cpu)
+    return [f"linked {fn}" for fn in linked]
+
+
+LINK_LIBRARY_PASS = ToolPass(
+    "link-library",
+    (Option("library", "library to link (.ll, .bc or .cu)", Path, required=True),
+     Option("keep-globals", "globals kept external", names)),
+    run=_run,
+)  # fmt: skip

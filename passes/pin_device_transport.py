@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from .tool_pass import OptionValues, ToolPass
+
 CHECK = "triton_raw.require_proxy_transport"
 _TYPE_NODE = re.compile(r'^(!\d+) = !\{!"_ZTS\d+nvshmemi_selected_device_transport_t"', re.MULTILINE)
 _LOAD = re.compile(r"^(\s*)(%[-\w.$]+) = load i32, (ptr[^\n]*?), !tbaa (!\d+)([^\n]*)$", re.MULTILINE)
@@ -77,3 +79,11 @@ def pin_device_transport(text: str) -> tuple[str, int]:
     if count:
         text = text.rstrip("\n") + "\n\n" + _check_function(text)
     return text, count
+
+
+def _rewrite(text: str, options: OptionValues) -> tuple[str, list[str]]:
+    text, pinned = pin_device_transport(text)
+    return text, [f"pinned {pinned} device transport load{'s' * (pinned != 1)} to the proxy"]
+
+
+PIN_DEVICE_TRANSPORT_PASS = ToolPass("pin-device-transport", rewrite_text=_rewrite)

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import re
 
-from triton_raw_ext.triton_version import LEGACY_LLVM
+from triton_raw_ext.triton_version import LEGACY_LLVM, LEGACY_LLVM_BEFORE, SUPPORTED, parse_version
+
+from .tool_pass import Option, OptionValues, ToolPass
 
 # LLVM prints function and call-site attributes in groups at the end; only those lines are edited.
 _ATTRIBUTE_GROUP = re.compile(r"^attributes #\d+ = \{.*\}$", re.MULTILINE)
@@ -88,3 +90,22 @@ def triton_compat(text: str, drop_flags: bool = True, legacy_llvm: bool = LEGACY
     text = _ATTRIBUTE_GROUP.sub(edit_group, text)
     text = _DIRECTIVES_ONLY.sub(r"\1LineTablesOnly", text)
     return _drop_module_flags(text, _DROPPED_FLAGS) if drop_flags else text
+
+
+def _triton_version(value: str) -> tuple[int, int]:
+    version = parse_version(value)
+    if version not in SUPPORTED:
+        raise ValueError(f"{value}: supported Triton versions are {', '.join(f'{a}.{b}' for a, b in SUPPORTED)}")
+    return version
+
+
+def _rewrite(text: str, options: OptionValues) -> tuple[str, list[str]]:
+    version = options["for-triton"]
+    return triton_compat(text, legacy_llvm=LEGACY_LLVM if version is None else version < LEGACY_LLVM_BEFORE), []
+
+
+TRITON_COMPAT_PASS = ToolPass(
+    "triton-compat",
+    (Option("for-triton", "Triton version (default: installed)", _triton_version),),
+    rewrite_text=_rewrite,
+)

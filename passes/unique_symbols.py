@@ -12,6 +12,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from .module_io import defined_functions, is_intrinsic
+from .tool_pass import Option, OptionValues, ToolContext, ToolPass
 
 
 def unique_symbols(mod: llvm.ModuleRef, prefix: str) -> dict[str, str]:
@@ -27,3 +28,12 @@ def unique_symbols(mod: llvm.ModuleRef, prefix: str) -> dict[str, str]:
         renamed[sym.name] = new
         sym.name = new
     return renamed
+
+
+def _run(mod: llvm.ModuleRef, options: OptionValues, context: ToolContext) -> list[str]:
+    return [f"renamed {old} to {new}" for old, new in unique_symbols(mod, options["prefix"]).items()]
+
+
+UNIQUE_SYMBOLS_PASS = ToolPass(
+    "unique-symbols", (Option("prefix", "prefix for every defined symbol", required=True),), run=_run
+)

@@ -5,6 +5,7 @@ host helper is built (once, cached) by :func:`init` or :func:`load_host`. See do
 """
 
 from .build import load_host
+from .heap import heap_stats
 from .lifecycle import (
     TeardownTimeout,
     barrier_all,
@@ -18,7 +19,7 @@ from .lifecycle import (
     pes_per_gpu,
     quiet,
 )
-from .memory import empty, heap_stats, peer, zeros
+from .memory import empty, peer, zeros
 from .watchdog import PEER_FAILED_EXIT_CODE
 
 __all__ = [

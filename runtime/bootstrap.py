@@ -112,14 +112,14 @@ def join_world(group: Any, shared_gpu: bool) -> World:
 
 @dataclass(frozen=True)
 class BootstrapInfo:
-    """What the root PE hands every PE: NVSHMEM's unique id and a per-init session token."""
+    """What the root PE hands every PE: NVSHMEM's unique id and a token naming this init."""
 
     unique_id: bytes
-    session: str
+    token: str
 
     @staticmethod
     def fresh(unique_id: bytes) -> BootstrapInfo:
-        return BootstrapInfo(unique_id=unique_id, session=uuid.uuid4().hex)
+        return BootstrapInfo(unique_id=unique_id, token=uuid.uuid4().hex)
 
 
 def validate(payload: object) -> BootstrapInfo:
@@ -135,10 +135,10 @@ def validate(payload: object) -> BootstrapInfo:
         shown = repr(payload)[:80]
         raise RawRuntimeError(
             f"received a malformed NVSHMEM bootstrap payload {shown}: expected ({UNIQUE_ID_BYTES} id bytes, "
-            "session); "
+            "token); "
             f"every PE must run the same triton_raw_ext version and call init() with the same group"
         )
-    return BootstrapInfo(unique_id=payload[0], session=payload[1])
+    return BootstrapInfo(unique_id=payload[0], token=payload[1])
 
 
 def share_bootstrap(mine: BootstrapInfo | None, world: World) -> BootstrapInfo:
@@ -157,7 +157,7 @@ def share_bootstrap(mine: BootstrapInfo | None, world: World) -> BootstrapInfo:
         assert mine is not None
         return mine
     src = 0 if world.group is None else dist.get_global_rank(world.group, 0)
-    box: list[object] = [(mine.unique_id, mine.session) if mine is not None else None]
+    box: list[object] = [(mine.unique_id, mine.token) if mine is not None else None]
     dist.broadcast_object_list(box, src=src, group=world.group)
     return validate(box[0])
 

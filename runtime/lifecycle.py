@@ -30,6 +30,7 @@ from typing import Any
 
 from triton_raw_ext.errors import RawRuntimeError
 
+from . import heap
 from .watchdog import PeerWatchdog
 
 FINALIZE_TIMEOUT_ENV = "TRITON_RAW_FINALIZE_TIMEOUT_S"
@@ -78,7 +79,7 @@ class _DaemonWorker:
 
 
 @dataclass
-class Session:
+class InitState:
     """One successful init(): the helper library and this PE's identity."""
 
     lib: ctypes.CDLL
@@ -95,29 +96,29 @@ class Session:
     host_barriers: int = 0
 
 
-_session: Session | None = None
+_state: InitState | None = None
 _serials = itertools.count(1)
 _atexit_registered = False
 
 
 def is_initialized() -> bool:
     """True between a completed :func:`init` and :func:`finalize` in this process."""
-    return _session is not None
+    return _state is not None
 
 
-def current() -> Session | None:
-    """The live session, or None."""
-    return _session
+def current() -> InitState | None:
+    """The state of the live init(), or None."""
+    return _state
 
 
-def require(what: str) -> Session:
-    """The live session; raises naming ``what`` needed it when NVSHMEM is not initialised."""
-    session = _session
-    if session is None:
+def require(what: str) -> InitState:
+    """The state of the live init(); raises naming ``what`` needed it when NVSHMEM is not initialised."""
+    state = _state
+    if state is None:
         raise RawRuntimeError(
             f"{what} needs NVSHMEM, which is not initialised: call triton_raw_ext.runtime.init() first"
         )
-    return session
+    return state
 
 
 def _unique_id(lib: ctypes.CDLL) -> bytes:
@@ -141,9 +142,9 @@ def init(group: Any = None, *, shared_gpu: bool | None = None) -> None:
     created from torchrun's environment when none exists; no torch.distributed at all for a
     single process). ``shared_gpu``: put every PE on GPU 0 (default: ``$TRITON_RAW_SHARED_GPU``).
     """
-    global _session, _atexit_registered
+    global _state, _atexit_registered
     with LOCK:
-        if _session is not None:
+        if _state is not None:
             return
         import torch
 
@@ -162,25 +163,25 @@ def init(group: Any = None, *, shared_gpu: bool | None = None) -> None:
                 f"cudaSetDevice({device}) failed with cudaError {err}; check the GPU and driver"
             )
         if lib.trx_init_status() >= STATUS_IS_INITIALIZED:
-            session = Session(
+            state = InitState(
                 lib, lib.trx_my_pe(), lib.trx_n_pes(), device, False, next(_serials), _DaemonWorker()
             )
         else:
-            session = _bootstrap(lib, bootstrap.join_world(group, shared), device, bootstrap)
-        session.shared_gpu = shared
-        _session = session
+            state = _bootstrap(lib, bootstrap.join_world(group, shared), device, bootstrap)
+        state.shared_gpu = shared
+        _state = state
         if not _atexit_registered:
             atexit.register(_finalize_at_exit)
             _atexit_registered = True
 
 
-def _bootstrap(lib: ctypes.CDLL, world: Any, device: int, bootstrap: Any) -> Session:
+def _bootstrap(lib: ctypes.CDLL, world: Any, device: int, bootstrap: Any) -> InitState:
     mine = bootstrap.BootstrapInfo.fresh(_unique_id(lib)) if world.rank == 0 else None
     info = bootstrap.share_bootstrap(mine, world)
     watchdog = None
     store = bootstrap.default_store() if world.size > 1 else None
     if store is not None:
-        watchdog = PeerWatchdog(store, info.session, world.rank, world.size)
+        watchdog = PeerWatchdog(store, info.token, world.rank, world.size)
         watchdog.start()
     status = lib.trx_init_with_unique_id(world.rank, world.size, info.unique_id)
     if status == 0 and (lib.trx_my_pe(), lib.trx_n_pes()) != (world.rank, world.size):
@@ -194,9 +195,9 @@ def _bootstrap(lib: ctypes.CDLL, world: Any, device: int, bootstrap: Any) -> Ses
             f"NVSHMEM_DEBUG=INFO to see why; common causes are PEs that called init() with different groups, "
             f"GPUs without a P2P path, or NVSHMEM_SYMMETRIC_SIZE larger than free GPU memory"
         )
-    return Session(
+    return InitState(
         lib, world.rank, world.size, device, True, next(_serials), _DaemonWorker(), watchdog, store=store,
-        token=info.session,
+        token=info.token,
     )
 
 
@@ -205,29 +206,29 @@ HOST_BARRIER_TIMEOUT_S = 600.0
 
 def host_barrier(timeout_s: float = HOST_BARRIER_TIMEOUT_S) -> None:
     """Return once every PE has called host_barrier (collective; no GPU work, unlike
-    :func:`barrier_all`). Used after loading kernels (:mod:`triton_raw_ext.preload`) so that no PE
+    :func:`barrier_all`). Used after loading kernels (:mod:`triton_raw_ext.kernel_loading`) so that no PE
     enqueues waiting kernels while another still loads. Goes through torch.distributed's store; a
     no-op for one PE or when NVSHMEM was initialised by another owner. Raises after ``timeout_s``
     naming how many PEs arrived."""
     import time
 
-    session = require("host_barrier()")
-    if session.n_pes == 1 or session.store is None:
+    state = require("host_barrier()")
+    if state.n_pes == 1 or state.store is None:
         return
-    session.host_barriers += 1
-    key = f"triton_raw/host_barrier/{session.token}/{session.host_barriers}"
-    arrived = session.store.add(key, 1)
+    state.host_barriers += 1
+    key = f"triton_raw/host_barrier/{state.token}/{state.host_barriers}"
+    arrived = state.store.add(key, 1)
     deadline = time.monotonic() + timeout_s
     delay = 1e-4
-    while arrived < session.n_pes:
+    while arrived < state.n_pes:
         if time.monotonic() > deadline:
             raise RawRuntimeError(
-                f"host_barrier: {arrived} of {session.n_pes} PEs arrived within {timeout_s:.0f} s; a PE "
+                f"host_barrier: {arrived} of {state.n_pes} PEs arrived within {timeout_s:.0f} s; a PE "
                 "stopped before it (see its log), or PEs call host_barrier a different number of times"
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
-        arrived = session.store.add(key, 0)
+        arrived = state.store.add(key, 0)
 
 
 def my_pe() -> int:
@@ -241,8 +242,8 @@ def pes_per_gpu() -> int:
     Persistent kernels that spin on peers' data size their grids with it: in shared-GPU mode the
     PEs' kernels compete for the same SMs, and a grid that takes them all can starve a peer's work.
     """
-    session = require("pes_per_gpu()")
-    return session.n_pes if session.shared_gpu else 1
+    state = require("pes_per_gpu()")
+    return state.n_pes if state.shared_gpu else 1
 
 
 def n_pes() -> int:
@@ -265,18 +266,18 @@ def barrier_all(stream: Any = None) -> None:
     Collective; returns at once. Work queued on the stream afterwards sees every PE's symmetric
     memory writes and puts made before their barrier.
     """
-    session = require("barrier_all()")
+    state = require("barrier_all()")
     handle = stream_handle(stream)
     with LOCK:
-        session.lib.trx_barrier_all_on_stream(handle)
+        state.lib.trx_barrier_all_on_stream(handle)
 
 
 def quiet(stream: Any = None) -> None:
     """Enqueue ``nvshmemx_quiet_on_stream``: completes this PE's outstanding puts/AMOs on ``stream``."""
-    session = require("quiet()")
+    state = require("quiet()")
     handle = stream_handle(stream)
     with LOCK:
-        session.lib.trx_quiet_on_stream(handle)
+        state.lib.trx_quiet_on_stream(handle)
 
 
 def cumodule_init(cu_module_handle: int) -> None:
@@ -284,11 +285,11 @@ def cumodule_init(cu_module_handle: int) -> None:
 
     Raises :class:`RawRuntimeError` when NVSHMEM is not initialised or NVSHMEM rejects the module.
     """
-    session = _session
-    if session is None:
+    state = _state
+    if state is None:
         raise RawRuntimeError(NOT_INITIALIZED)
     with LOCK:
-        status = session.lib.trx_cumodule_init(cu_module_handle)
+        status = state.lib.trx_cumodule_init(cu_module_handle)
     if status != 0:
         raise RawRuntimeError(
             f"nvshmemx_cumodule_init failed with status {status} on CUmodule {cu_module_handle:#x}: the "
@@ -315,18 +316,16 @@ def finalize(timeout_s: float | None = None) -> None:
     symmetric tensors are freed). Raises :class:`TeardownTimeout` naming the step it waited in when
     the teardown takes over ``timeout_s``, and :class:`RawRuntimeError` for CUDA errors met on the way.
     """
-    global _session
+    global _state
     with LOCK:
-        session = _session
-        if session is None:
+        state = _state
+        if state is None:
             return
-        _session = None
-        from .memory import take_outstanding
-
-        pending = take_outstanding(session.serial)
-        if session.watchdog is not None:
-            session.watchdog.stop()
-            if session.watchdog.aborted:
+        _state = None
+        pending = heap.take_outstanding(state.serial)
+        if state.watchdog is not None:
+            state.watchdog.stop()
+            if state.watchdog.aborted:
                 return
         limit = _timeout_from_env() if timeout_s is None else timeout_s
         step = ["starting"]
@@ -335,26 +334,26 @@ def finalize(timeout_s: float | None = None) -> None:
         def teardown() -> None:
             for i, ptr in enumerate(pending):
                 step[0] = f"nvshmem_free of symmetric tensor {i + 1} of {len(pending)}"
-                err = session.lib.trx_free(ptr, session.device)
+                err = state.lib.trx_free(ptr, state.device)
                 if err:
                     cuda_errors.append(err)
-            if session.owned:
+            if state.owned:
                 step[0] = "the device wait and nvshmemx_hostlib_finalize"
-                session.lib.trx_finalize(session.device)
+                state.lib.trx_finalize(state.device)
 
-        if not session.worker.run(teardown, limit):
-            if session.watchdog is not None:
-                session.watchdog.post_abort(f"finalize() timed out in {step[0]}")
+        if not state.worker.run(teardown, limit):
+            if state.watchdog is not None:
+                state.watchdog.post_abort(f"finalize() timed out in {step[0]}")
             raise TeardownTimeout(
-                f"finalize() on PE {session.pe} of {session.n_pes} did not finish within {limit:g} s: it "
+                f"finalize() on PE {state.pe} of {state.n_pes} did not finish within {limit:g} s: it "
                 "waits in "
                 f"{step[0]}, a collective step that needs every PE to call finalize(). A PE that exited "
                 "without "
                 f"finalize(), is stuck in a kernel, or dropped different symmetric tensors keeps it waiting; "
                 f"NVSHMEM was left initialised (raise {FINALIZE_TIMEOUT_ENV} if PEs are just slow)"
             )
-        if session.worker.error is not None:
-            raise RawRuntimeError(f"finalize() failed: {session.worker.error}") from session.worker.error
+        if state.worker.error is not None:
+            raise RawRuntimeError(f"finalize() failed: {state.worker.error}") from state.worker.error
         if cuda_errors:
             raise RawRuntimeError(
                 f"finalize() tore NVSHMEM down, but the device reported cudaError {cuda_errors[0]} while "

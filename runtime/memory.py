@@ -17,25 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from triton_raw_ext.errors import RawRuntimeError
 
-from . import lifecycle
+from . import heap, lifecycle
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass
-class _Allocation:
-    ptr: int
-    nbytes: int
-    device: int
-    serial: int
-    freed: bool = False
-    buffer: weakref.ref[_DeviceBuffer] | None = None
 
 
 class _DeviceBuffer:
@@ -46,7 +35,7 @@ class _DeviceBuffer:
     holds the owning buffer to keep the allocation alive.
     """
 
-    def __init__(self, ptr: int, nbytes: int, owner: _Allocation | None, keep: _DeviceBuffer | None) -> None:
+    def __init__(self, ptr: int, nbytes: int, owner: heap.Allocation | None, keep: _DeviceBuffer | None) -> None:
         self._ptr = ptr
         self._nbytes = nbytes
         self._keep = keep
@@ -58,50 +47,21 @@ class _DeviceBuffer:
         return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False), "version": 2}
 
 
-_live: dict[int, _Allocation] = {}
-_stats = {"allocated": 0, "freed": 0}
-
-
-def _release(alloc: _Allocation) -> None:
+def _release(alloc: heap.Allocation) -> None:
     """Free ``alloc`` unless finalize() already did (collective)."""
     with lifecycle.LOCK:
-        if alloc.freed:
+        if not heap.release(alloc):
             return
-        alloc.freed = True
-        _live.pop(alloc.ptr, None)
-        _stats["freed"] += 1
-        session = lifecycle.current()
-        if session is None or session.serial != alloc.serial:
+        state = lifecycle.current()
+        if state is None or state.serial != alloc.serial:
             return
-        err = session.lib.trx_free(alloc.ptr, alloc.device)
+        err = state.lib.trx_free(alloc.ptr, alloc.device)
     if err:
         raise RawRuntimeError(
             f"freeing a symmetric tensor: cudaDeviceSynchronize reported cudaError {err} (a kernel failed "
             "earlier; "
             f"run with CUDA_LAUNCH_BLOCKING=1 to find it); the memory was freed"
         )
-
-
-def take_outstanding(serial: int) -> list[int]:
-    """Mark every live allocation of session ``serial`` freed; return their pointers in allocation order.
-
-    The caller (finalize) frees them collectively; the allocations' finalizers then do nothing.
-    """
-    with lifecycle.LOCK:
-        ptrs = []
-        for ptr, alloc in list(_live.items()):
-            if alloc.serial == serial:
-                alloc.freed = True
-                _stats["freed"] += 1
-                del _live[ptr]
-                ptrs.append(ptr)
-        return ptrs
-
-
-def heap_stats() -> dict[str, int]:
-    """Counts of symmetric allocations: ``allocated`` and ``freed`` since import, ``live`` now."""
-    with lifecycle.LOCK:
-        return {"allocated": _stats["allocated"], "freed": _stats["freed"], "live": len(_live)}
 
 
 def _as_tensor(buffer: _DeviceBuffer, nbytes: int, dtype: torch.dtype, device: int) -> torch.Tensor:
@@ -124,7 +84,7 @@ def empty(
     """
     import torch
 
-    session = lifecycle.require("empty()/zeros()")
+    state = lifecycle.require("empty()/zeros()")
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     dtype = dtype or torch.get_default_dtype()
     numel = 1
@@ -135,31 +95,30 @@ def empty(
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
     with lifecycle.LOCK:
         out = ctypes.c_void_p()
-        err = session.lib.trx_malloc(max(nbytes, 1), session.device, ctypes.byref(out))
+        err = state.lib.trx_malloc(max(nbytes, 1), state.device, ctypes.byref(out))
         if err:
             why = (
-                f"empty(): waiting for GPU {session.device} before nvshmem_malloc reported cudaError {err} "
+                f"empty(): waiting for GPU {state.device} before nvshmem_malloc reported cudaError {err} "
                 "(a kernel failed earlier; run with CUDA_LAUNCH_BLOCKING=1 to find it); nothing was allocated"
             )
-            if session.watchdog is not None:  # the peers wait in nvshmem_malloc for this PE: end them
-                session.watchdog.post_abort(why)
+            if state.watchdog is not None:  # the peers wait in nvshmem_malloc for this PE: end them
+                state.watchdog.post_abort(why)
                 why += ", and the other PEs were told to stop"
             raise RawRuntimeError(why)
         ptr = out.value
         if not ptr:
             raise RawRuntimeError(
-                f"nvshmem_malloc({nbytes}) returned NULL on PE {session.pe}: the symmetric heap is "
+                f"nvshmem_malloc({nbytes}) returned NULL on PE {state.pe}: the symmetric heap is "
                 "exhausted (or the "
                 "PEs asked for different sizes); free symmetric tensors or set NVSHMEM_SYMMETRIC_SIZE "
                 "(e.g. 8G) "
                 f"before init()"
             )
-        alloc = _Allocation(ptr=ptr, nbytes=nbytes, device=session.device, serial=session.serial)
-        _live[ptr] = alloc
-        _stats["allocated"] += 1
+        alloc = heap.Allocation(ptr=ptr, nbytes=nbytes, device=state.device, serial=state.serial)
+        heap.record(alloc)
     buffer = _DeviceBuffer(ptr, max(nbytes, 1), alloc, None)
     alloc.buffer = weakref.ref(buffer)
-    return _as_tensor(buffer, nbytes, dtype, session.device).view(dims)
+    return _as_tensor(buffer, nbytes, dtype, state.device).view(dims)
 
 
 def zeros(
@@ -175,8 +134,8 @@ def zeros(
     return tensor
 
 
-def _allocation_of(tensor: torch.Tensor) -> _Allocation:
-    alloc = _live.get(tensor.untyped_storage().data_ptr())
+def _allocation_of(tensor: torch.Tensor) -> heap.Allocation:
+    alloc = heap.lookup(tensor.untyped_storage().data_ptr())
     if alloc is None:
         raise RawRuntimeError(
             "peer() needs a symmetric tensor made by triton_raw_ext.runtime.empty()/zeros() (or a view of "
@@ -196,20 +155,20 @@ def peer(tensor: torch.Tensor, pe: int) -> torch.Tensor:
     when ``tensor`` is not symmetric, ``pe`` is out of range, or ``pe`` is not reachable by
     load/store (``nvshmem_ptr`` returns NULL, e.g. a GPU on another node).
     """
-    session = lifecycle.require("peer()")
-    if not 0 <= pe < session.n_pes:
-        raise RawRuntimeError(f"peer(): PE {pe} does not exist; PEs are 0..{session.n_pes - 1}")
+    state = lifecycle.require("peer()")
+    if not 0 <= pe < state.n_pes:
+        raise RawRuntimeError(f"peer(): PE {pe} does not exist; PEs are 0..{state.n_pes - 1}")
     with lifecycle.LOCK:
         alloc = _allocation_of(tensor)
         owner = alloc.buffer() if alloc.buffer is not None else None
-        remote = session.lib.trx_ptr(alloc.ptr, pe)
+        remote = state.lib.trx_ptr(alloc.ptr, pe)
     if not remote:
         raise RawRuntimeError(
-            f"PE {pe} is not reachable by load/store from PE {session.pe} (nvshmem_ptr returned NULL: no "
+            f"PE {pe} is not reachable by load/store from PE {state.pe} (nvshmem_ptr returned NULL: no "
             "P2P/NVLink "
             f"path, or another node); move data with NVSHMEM put/get instead of a peer() view"
         )
     buffer = _DeviceBuffer(remote, max(alloc.nbytes, 1), None, owner)
     usable = alloc.nbytes - alloc.nbytes % tensor.element_size()
-    base = _as_tensor(buffer, usable, tensor.dtype, session.device)
+    base = _as_tensor(buffer, usable, tensor.dtype, state.device)
     return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())

@@ -25,14 +25,14 @@ ABORT_KEY = "abort"
 
 
 class PeerWatchdog:
-    """Polls ``store`` for an abort record of this session; ends the process when one appears."""
+    """Polls ``store`` for an abort record of this init; ends the process when one appears."""
 
     def __init__(
-        self, store: Any, session: str, rank: int, size: int, poll_s: float = 1.0, lost_after_s: float = 5.0
+        self, store: Any, token: str, rank: int, size: int, poll_s: float = 1.0, lost_after_s: float = 5.0
     ) -> None:
         import torch.distributed as dist
 
-        self._store = dist.PrefixStore(f"triton_raw_ext/{session}/", store)
+        self._store = dist.PrefixStore(f"triton_raw_ext/{token}/", store)
         self._rank = rank
         self._size = size
         self._poll_s = poll_s

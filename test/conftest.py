@@ -1,4 +1,4 @@
-"""Test setup: private Triton and plugin caches per session, GPU detection, AOT helper."""
+"""Test setup: private Triton and plugin caches per test run, GPU detection, AOT helper."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-_SESSION_DIR = Path(tempfile.mkdtemp(prefix="triton-raw-tests-"))
-os.environ.setdefault("TRITON_CACHE_DIR", str(_SESSION_DIR / "triton"))
-os.environ.setdefault("TRITON_RAW_CACHE_DIR", str(_SESSION_DIR / "raw"))
+_RUN_CACHES = Path(tempfile.mkdtemp(prefix="triton-raw-tests-"))
+os.environ.setdefault("TRITON_CACHE_DIR", str(_RUN_CACHES / "triton"))
+os.environ.setdefault("TRITON_RAW_CACHE_DIR", str(_RUN_CACHES / "raw"))
 # Triton 3.9 warns that its FP-fusion default will change; the tests keep the default of 3.6-3.8.
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
@@ -110,7 +110,7 @@ def assert_no_spills(ptx: str, tmp_path: Path) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+    shutil.rmtree(_RUN_CACHES, ignore_errors=True)
 
 
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
+import pkgutil
 import signal
 import subprocess
 import sys
@@ -104,6 +106,35 @@ def test_plugin_version_is_part_of_the_key(monkeypatch):
     version.code_digest.cache_clear()
     try:
         assert fn.cache_key != before
+    finally:
+        monkeypatch.undo()
+        version.code_digest.cache_clear()
+
+
+def test_the_code_digest_reads_every_module_and_header_of_the_plugin():
+    digested = {path.resolve() for _, path in version.code_files()}
+    for package in version.PACKAGES:
+        for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            spec = info.module_finder.find_spec(info.name)
+            module_file = Path(spec.origin).resolve()
+            assert module_file in digested, f"{package}.{info.name} is not part of the code digest"
+    headers = Path(importlib.import_module("triton_raw_ext").__file__).parent / "include"
+    assert {h.resolve() for h in headers.rglob("*.h")} <= digested
+    names = {name for name, _ in version.code_files()}
+    assert {"triton_raw_ext/language.py", "triton_raw_ext/dialect.py", "triton_raw_ext/backend_hook.py",
+            "triton_raw_ext.passes/abi_wrappers.py"} <= names  # fmt: skip
+
+
+def test_an_edit_of_a_digested_file_changes_the_digest(monkeypatch, tmp_path: Path):
+    module = tmp_path / "module.py"
+    module.write_text("X = 1\n")
+    monkeypatch.setattr(version, "code_files", lambda: [("triton_raw_ext/module.py", module)])
+    version.code_digest.cache_clear()
+    try:
+        before = version.code_digest()
+        module.write_text("X = 2\n")
+        version.code_digest.cache_clear()
+        assert version.code_digest() != before
     finally:
         monkeypatch.undo()
         version.code_digest.cache_clear()

@@ -27,7 +27,6 @@ def _compile_error(kernel, signature=SIG, constexprs=None) -> str:
 def fresh_clang():
     yield
     knobs.clang = None
-    find_clang.cache_clear()
 
 
 def _copy_kernel_dir(tmp_path: Path) -> Path:

@@ -134,7 +134,7 @@ def triton_cdiv(a: int, b: int) -> int:
 def test_preload_loads_the_kernel_the_launch_then_uses(torch):
     from kernels.raw_kernels import elementwise_kernel
 
-    from triton_raw_ext.preload import preload
+    from triton_raw_ext import preload
 
     n = 4096
     kernel = preload(elementwise_kernel, torch.float32, torch.float32, n, grid=(4,), BLOCK=1024)

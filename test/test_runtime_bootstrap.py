@@ -126,9 +126,9 @@ _BROADCAST = """
     mine = bootstrap.BootstrapInfo.fresh(fake_id) if world.rank == 0 else None
     info = bootstrap.share_bootstrap(mine, world)
     assert info.unique_id == fake_id
-    print(world.rank, world.size, dist.get_backend(), info.session, flush=True)
+    print(world.rank, world.size, dist.get_backend(), info.token, flush=True)
     # A stopped watchdog must not fire when rank 0 (the store's host) leaves first.
-    dog = PeerWatchdog(bootstrap.default_store(), info.session, world.rank, world.size, poll_s=0.2,
+    dog = PeerWatchdog(bootstrap.default_store(), info.token, world.rank, world.size, poll_s=0.2,
                        lost_after_s=1.0)
     dog.start()
     dist.barrier()
@@ -147,7 +147,7 @@ _WATCHDOG = """
     world = bootstrap.join_world(None, shared_gpu=True)
     mine = bootstrap.BootstrapInfo.fresh(bytes(128)) if world.rank == 0 else None
     info = bootstrap.share_bootstrap(mine, world)
-    dog = PeerWatchdog(bootstrap.default_store(), info.session, world.rank, world.size, poll_s=0.2,
+    dog = PeerWatchdog(bootstrap.default_store(), info.token, world.rank, world.size, poll_s=0.2,
                        lost_after_s=2.0)
     dog.start()
     if world.rank == FAILING:
@@ -181,7 +181,7 @@ def test_unique_id_broadcast_over_gloo_and_clean_exit(pairs: dict) -> None:
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
     lines = [r.stdout.split() for r in results]
     assert [line[:3] for line in lines] == [["0", "2", "gloo"], ["1", "2", "gloo"]]
-    assert lines[0][3] == lines[1][3]  # same session token everywhere
+    assert lines[0][3] == lines[1][3]  # same token everywhere
 
 
 @pytest.mark.parametrize("case", list(_WATCHDOG_CASES))

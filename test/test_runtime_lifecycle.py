@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from triton_raw_ext.runtime import lifecycle, memory
+from triton_raw_ext.runtime import heap, lifecycle, memory
 
 from triton_raw_ext import runtime
 from triton_raw_ext.errors import RawRuntimeError
@@ -64,15 +64,15 @@ class FakeLib:
         return self.ptr
 
 
-def _install(monkeypatch: pytest.MonkeyPatch, lib: FakeLib, owned: bool = True) -> lifecycle.Session:
-    session = lifecycle.Session(lib, 0, 2, 0, owned, 10_000 + id(lib) % 1000, lifecycle._DaemonWorker())
-    monkeypatch.setattr(lifecycle, "_session", session)
-    return session
+def _install(monkeypatch: pytest.MonkeyPatch, lib: FakeLib, owned: bool = True) -> lifecycle.InitState:
+    state = lifecycle.InitState(lib, 0, 2, 0, owned, 10_000 + id(lib) % 1000, lifecycle._DaemonWorker())
+    monkeypatch.setattr(lifecycle, "_state", state)
+    return state
 
 
-def _fake_allocation(session: lifecycle.Session, ptr: int) -> memory._Allocation:
-    alloc = memory._Allocation(ptr=ptr, nbytes=64, device=0, serial=session.serial)
-    memory._live[ptr] = alloc
+def _fake_allocation(state: lifecycle.InitState, ptr: int) -> heap.Allocation:
+    alloc = heap.Allocation(ptr=ptr, nbytes=64, device=0, serial=state.serial)
+    heap.record(alloc)
     return alloc
 
 
@@ -118,9 +118,9 @@ def test_queries_and_stream_calls(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_pes_per_gpu_counts_peers_only_in_shared_gpu_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    session = _install(monkeypatch, FakeLib())
+    state = _install(monkeypatch, FakeLib())
     assert runtime.pes_per_gpu() == 1
-    session.shared_gpu = True
+    state.shared_gpu = True
     assert runtime.pes_per_gpu() == 2
 
 
@@ -132,9 +132,9 @@ def test_cumodule_init_failure_names_the_module(monkeypatch: pytest.MonkeyPatch)
 
 def test_each_allocation_is_freed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     lib = FakeLib()
-    session = _install(monkeypatch, lib)
+    state = _install(monkeypatch, lib)
     before = runtime.heap_stats()
-    first, second, third = (_fake_allocation(session, p) for p in (0x1000, 0x2000, 0x3000))
+    first, second, third = (_fake_allocation(state, p) for p in (0x1000, 0x2000, 0x3000))
     memory._release(second)  # collected before finalize: freed now
     memory._release(second)  # a second collection signal does nothing
     runtime.finalize()
@@ -191,10 +191,10 @@ def test_bad_finalize_timeout_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_memory_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     lib = FakeLib(ptr=None)
-    session = _install(monkeypatch, lib)
+    state = _install(monkeypatch, lib)
     with pytest.raises(RawRuntimeError, match=r"nvshmem_malloc\(40\) returned NULL on PE 0.*NVSHMEM_SYMMETRIC_SIZE"):
         runtime.empty((2, 5), torch.float32)
-    assert lib.calls == [("malloc", 40, 0)]  # the session's device goes to trx_malloc, which waits for it
+    assert lib.calls == [("malloc", 40, 0)]  # the init's device goes to trx_malloc, which waits for it
     with pytest.raises(RawRuntimeError, match="negative dimension -1"):
         runtime.empty((2, -1))
     plain = torch.zeros(4)
@@ -202,19 +202,19 @@ def test_memory_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         runtime.peer(plain, 2)
     with pytest.raises(RawRuntimeError, match="not on the symmetric heap"):
         runtime.peer(plain, 1)
-    _fake_allocation(session, plain.untyped_storage().data_ptr())
+    _fake_allocation(state, plain.untyped_storage().data_ptr())
     try:
         with pytest.raises(RawRuntimeError, match="PE 1 is not reachable by load/store from PE 0"):
             runtime.peer(plain, 1)
     finally:
-        memory._live.pop(plain.untyped_storage().data_ptr())
+        heap.release(heap.lookup(plain.untyped_storage().data_ptr()))
 
 
 _EXIT_HANG = """
     import atexit
     from triton_raw_ext.runtime import lifecycle
     from test_runtime_lifecycle import FakeLib
-    lifecycle._session = lifecycle.Session(FakeLib(hang_in="finalize"), 1, 2, 0, True, 1, lifecycle._DaemonWorker())
+    lifecycle._state = lifecycle.InitState(FakeLib(hang_in="finalize"), 1, 2, 0, True, 1, lifecycle._DaemonWorker())
     atexit.register(lifecycle._finalize_at_exit)
     print("exiting", flush=True)
 """
@@ -223,15 +223,15 @@ _EXIT_HANG = """
 def test_a_failed_wait_before_nvshmem_malloc_is_reported_and_allocates_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    session = _install(monkeypatch, FakeLib(wait_error=700))
+    state = _install(monkeypatch, FakeLib(wait_error=700))
     aborts: list[str] = []
-    session.watchdog = SimpleNamespace(post_abort=aborts.append)  # peers wait in nvshmem_malloc for us
-    live = memory.heap_stats()["live"]
+    state.watchdog = SimpleNamespace(post_abort=aborts.append)  # peers wait in nvshmem_malloc for us
+    live = runtime.heap_stats()["live"]
     expected = (r"waiting for GPU 0 before nvshmem_malloc reported cudaError 700.*CUDA_LAUNCH_BLOCKING=1.*"
                 r"nothing was allocated, and the other PEs were told to stop")  # fmt: skip
     with pytest.raises(RawRuntimeError, match=expected):
         runtime.zeros(8)
-    assert memory.heap_stats()["live"] == live
+    assert runtime.heap_stats()["live"] == live
     assert len(aborts) == 1 and "cudaError 700" in aborts[0]
 
 
@@ -254,28 +254,28 @@ def test_host_barrier_waits_for_every_pe_through_the_store(monkeypatch: pytest.M
 
     from torch.distributed import HashStore
 
-    session = _install(monkeypatch, FakeLib())
-    session.store, session.token = HashStore(), "job-1"
+    state = _install(monkeypatch, FakeLib())
+    state.store, state.token = HashStore(), "job-1"
     peer_arrives_at: list[float] = []
 
     def peer(n: int) -> None:
         time.sleep(0.3)
         peer_arrives_at.append(time.monotonic())
-        session.store.add(f"triton_raw/host_barrier/job-1/{n}", 1)
+        state.store.add(f"triton_raw/host_barrier/job-1/{n}", 1)
 
     for n in (1, 2):  # each call is a new barrier: the first one's count does not release the second
         threading.Thread(target=peer, args=(n,)).start()
         runtime.host_barrier(timeout_s=10)
         assert peer_arrives_at and time.monotonic() >= peer_arrives_at[-1]
         peer_arrives_at.clear()
-    assert session.lib.calls == []  # no work on the GPU: the helper library saw no call
+    assert state.lib.calls == []  # no work on the GPU: the helper library saw no call
 
 
 def test_host_barrier_times_out_naming_the_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.distributed import HashStore
 
-    session = _install(monkeypatch, FakeLib())
-    session.store, session.token = HashStore(), "job-2"
+    state = _install(monkeypatch, FakeLib())
+    state.store, state.token = HashStore(), "job-2"
     with pytest.raises(RawRuntimeError, match="1 of 2 PEs arrived within 0 s"):
         runtime.host_barrier(timeout_s=0.2)
 
@@ -286,7 +286,13 @@ def test_host_barrier_is_a_no_op_without_a_store(monkeypatch: pytest.MonkeyPatch
 
 
 def test_preload_load_names_what_it_needs() -> None:
-    from triton_raw_ext.preload import load
+    from triton_raw_ext.kernel_loading import load
 
     with pytest.raises(TypeError, match="expected a triton CompiledKernel"):
         load(object())
+
+
+def test_preload_is_a_function_of_the_package() -> None:
+    from triton_raw_ext import kernel_loading, preload
+
+    assert preload is kernel_loading.preload  # not a module: `from triton_raw_ext import preload` then call it

@@ -150,9 +150,9 @@ def test_tuning_rejects_bad_values(kwargs):
 @pytest.mark.parametrize(
     "n_regs,warps,shared,fit",
     [
-        (174, 4, 0, 2),  # session 4's one-shot kernel at H 2048 (4 warps, 4 rows): two programs
+        (174, 4, 0, 2),  # a one-shot kernel at H 2048 of 4 warps, 4 rows: two programs
         (176, 8, 0, 1),  # and at H 8192 (8 warps, 2 rows): one
-        (125, 2, 8, 8),  # today's at H 2048 (2 warps, one row): eight
+        (125, 2, 8, 8),  # the default one at H 2048 (2 warps, one row): eight
         (213, 4, 16, 2),  # and at H 8192 (4 warps): two
         (255, 8, 0, 1),  # the most registers a thread gets, 8 warps: still one
         (32, 1, 0, 32),  # small programs: capped at 32 programs per SM
@@ -312,7 +312,7 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
-    from triton_raw_ext import preload, runtime
+    from triton_raw_ext import kernel_loading, runtime
 
     class Driver:
         class utils:
@@ -329,7 +329,7 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
         return kernel
 
     monkeypatch.setattr(driver, "_active", Driver())
-    monkeypatch.setattr(preload, "load", load)
+    monkeypatch.setattr(kernel_loading, "load", load)
     monkeypatch.setattr(runtime, "host_barrier", lambda: None)
     op = allreduce.AllReduceRMSNorm.__new__(allreduce.AllReduceRMSNorm)
     op.world, op.rank, op.group, op.hidden, op.dtype, op.max_tokens = 4, 0, None, 2048, torch.bfloat16, 4096
@@ -341,7 +341,7 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
 
 def test_preload_loads_every_algorithm_before_it_seals_the_op(monkeypatch):
     """At world 4 with a large max_tokens a call may pick either algorithm: construction loads both
-    kernels (session 5 found the alignment guard refusing the second one during the preload itself),
+    kernels (the alignment guard must not refuse the second one during the preload itself),
     then refuses any other kernel."""
     op = _op_to_preload(monkeypatch, 227 * 1024)
     op._preload()

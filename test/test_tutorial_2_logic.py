@@ -137,7 +137,7 @@ def test_push_order_serves_destinations_in_order_of_need(world):
         assert need == sorted(need) == list(range(1, world))
 
 
-def test_check_shapes_accepts_issue_shapes_and_explains_rejections():
+def test_check_shapes_accepts_the_five_shapes_and_explains_rejections():
     for m, n, k in ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
                     (4096, 8192, 28672)):
         schedule.check_shapes(m, n, k, schedule.DEFAULT_CONFIG)

@@ -1,4 +1,4 @@
-"""Issue 7 (multi-GPU runs) on CPU: the benchmarks' goal verdicts, and scripts/gpu/multi_gpu_suite.sh.
+"""Multi-GPU runs on CPU: the benchmarks' goal verdicts, and scripts/gpu/multi_gpu_suite.sh.
 
 The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (setup.sh only sources stacks.sh): the fakes
 write the JSON the tutorials would write, built with the tutorials' own goal functions, so the test

@@ -1,12 +1,11 @@
 """triton-raw-ext: raw CUDA device functions (and NVSHMEM) inside stock Triton kernels (3.6-3.9).
 
 ``from triton_raw_ext import dialect`` registers functions; ``import triton_raw_ext.language as raw``
-gives ``raw.call``. Importing the package installs the backend hook (see :mod:`.backend_hook`).
-Without llvmlite the package still imports, so that ``triton-raw doctor`` can report what is
-missing; ``dialect`` and ``RawFunction`` then raise ImportError naming the install command.
+gives ``raw.call``; ``triton_raw_ext.preload`` compiles and loads a kernel ahead of its launches.
+Importing the package installs the backend hook (see :mod:`.backend_hook`). Without llvmlite the
+package still imports, so that ``triton-raw doctor`` can report what is missing; ``dialect`` and
+``RawFunction`` then raise ImportError naming the install command.
 """
-
-from pathlib import Path as _Path
 
 try:
     import triton as _triton  # noqa: F401
@@ -20,13 +19,8 @@ from .triton_version import unsupported_reason as _unsupported_reason  # noqa: E
 if _unsupported_reason() is not None:
     raise ImportError(_unsupported_reason())
 
-# In a source checkout the `passes/` and `runtime/` folders sit beside this package (installs map
-# them to triton_raw_ext.passes and triton_raw_ext.runtime): serve them from there too.
-_checkout = _Path(__file__).resolve().parent.parent
-if not (_Path(__file__).parent / "passes").is_dir() and (_checkout / "passes" / "__init__.py").is_file():
-    __path__.append(str(_checkout))
-
 from .errors import RawCompileError, RawRuntimeError  # noqa: E402
+from .kernel_loading import preload  # noqa: E402
 from .knobs import knobs  # noqa: E402
 from .toolchain import LLVMLITE_INSTALL_HINT as _LLVMLITE_INSTALL_HINT  # noqa: E402
 from .version import __version__  # noqa: E402
@@ -52,4 +46,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["RawCompileError", "RawFunction", "RawRuntimeError", "__version__", "dialect", "knobs"]
+__all__ = ["RawCompileError", "RawFunction", "RawRuntimeError", "__version__", "dialect", "knobs", "preload"]

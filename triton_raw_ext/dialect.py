@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -30,7 +31,6 @@ from triton.runtime.jit import JITCallable
 from .cache import digest
 from .cu_compiler import CompileSpec, RawLibrary, compile_raw_library, line_info, source_files
 from .errors import RawCompileError
-from .source_watch import Stamp, stamp
 from .toolchain import find_clang, find_cuda_headers
 from .version import code_digest
 
@@ -38,6 +38,16 @@ SUPPORTED_DIALECTS = ("cuda",)
 SUPPORTED_LIBRARIES = ("nvshmem",)
 _IMPORT_NAME = re.compile(r"__rawfn_([a-z2-7]+)_([0-9a-f]+)\Z")  # <stub>__rawfn_<base32 fields>_<key digits>
 _KEY_DIGITS = 16
+Stamp = tuple[int, int, int]
+
+
+def stamp(path: Path) -> Stamp | None:
+    """What a change of ``path`` changes: modification time, size, inode (None once it is gone)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 class _KeyContribution(JITCallable):

@@ -38,10 +38,6 @@ class _Knobs:
             self._overrides.pop(name, None)  # back to the environment variable
         else:
             self._overrides[name] = value
-        from .toolchain import find_clang, find_llvm_link
-
-        find_clang.cache_clear()
-        find_llvm_link.cache_clear()
 
 
 knobs = _Knobs()

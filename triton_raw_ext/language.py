@@ -32,6 +32,8 @@ nothing, and could drop or reorder its launch. Gluon kernels get none: torch doe
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import triton
 import triton.language as tl
 from triton.experimental.gluon import language as gl
@@ -227,12 +229,19 @@ def emit_call(fn, args: list, _semantic):
     return extern(info.symbol, _result_dtype(info.ret, 0 in unsigned))
 
 
+@runtime_checkable
+class RawCallee(Protocol):
+    """What a call needs of a raw function (``@dialect`` makes them): its name and compiled library."""
+
+    extern_func_name: str
+
+    def library(self, arch: int) -> RawLibrary: ...
+
+
 @core.builtin
 def call(fn, args, _semantic=None):
     """Call raw function ``fn`` (from ``@dialect``) with the list ``args`` inside a kernel."""
-    from .dialect import RawFunction
-
-    if not isinstance(fn, RawFunction):
+    if not isinstance(fn, RawCallee):
         raise RawCompileError(f"raw.call expects a function registered with @dialect, got {fn!r}")
     if isinstance(args, (core.tuple, tuple, list)):
         values = list(args.values if isinstance(args, core.tuple) else args)

@@ -12,13 +12,15 @@ Contract:
   ``.cu`` file is compiled for ``sm_<arch>`` by :func:`triton_raw_ext.cu_compiler.compile_to_module`,
   the plugin's own clang command, with no pass applied, as for ``library="nvshmem"`` when it
   includes NVSHMEM's own headers.
-* The passes named in ``--passes`` run in order on one llvmlite module, then on its text the text
-  passes: ``pin-device-transport``, then ``triton-compat``, which must be the last. Without
-  ``--passes`` the input is printed as parsed.
-* Pass options: ``--prefix`` (unique-symbols, required), ``--keep`` (extract-needed, required) and
-  ``--keep-globals`` (extract-needed, link-library), ``--library`` (link-library, required),
-  ``--functions`` (abi-wrappers, optional), ``--for-triton`` (triton-compat: the Triton version to
-  prepare the IR for, default the installed one). An option no chosen pass uses is an error.
+* The passes named in ``--passes`` run in order: the module passes on one llvmlite module, then the
+  text passes (``pin-device-transport``, ``triton-compat``) on its text, which must therefore be named
+  after every module pass. Without ``--passes`` the input is printed as parsed.
+* Each pass declares its name, options and report in its module (:mod:`triton_raw_ext.passes.tool_pass`);
+  the tool takes every pass and option from there: ``--prefix`` (unique-symbols, required),
+  ``--keep`` (extract-needed, required) and ``--keep-globals`` (extract-needed, link-library),
+  ``--library`` (link-library, required), ``--functions`` (abi-wrappers, optional), ``--for-triton``
+  (triton-compat: the Triton version to prepare the IR for, default the installed one). A missing
+  required option, or an option no chosen pass uses, is an error.
 * The result goes to stdout or ``-o``. Each pass's findings (wrapped functions, functions it
   cannot wrap, renamed and linked symbols) go to stderr as ``triton-raw-opt: <pass>: ...`` lines.
 * ``--verify-triton`` has Triton's own LLVM parse the result and generate PTX from it, in a child
@@ -35,30 +37,20 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llvmlite.binding as llvm
 import triton
 
-from triton_raw_ext.passes import PASSES
+from triton_raw_ext.passes import TOOL_PASSES
 from triton_raw_ext.passes.module_io import parse
+from triton_raw_ext.passes.tool_pass import Option, ToolContext, ToolPass
 
 from .errors import RawCompileError
-from .triton_version import LEGACY_LLVM, LEGACY_LLVM_BEFORE, SUPPORTED, parse_version
 
 TOOL = "triton-raw-opt"
-TEXT_PASS = "triton-compat"
-TEXT_PASSES = ("pin-device-transport", TEXT_PASS)  # in the order they may run, after the module passes
 INPUT_SUFFIXES = (".ll", ".bc", ".cu")
-# option (argparse dest) -> passes that read it
-OPTION_USERS = {
-    "prefix": ("unique-symbols",),
-    "keep": ("extract-needed",),
-    "keep_globals": ("extract-needed", "link-library"),
-    "library": ("link-library",),
-    "functions": ("abi-wrappers",),
-    "for_triton": ("triton-compat",),
-}
-REQUIRED_OPTIONS = {"unique-symbols": ("prefix",), "extract-needed": ("keep",), "link-library": ("library",)}
+PASSES: dict[str, ToolPass] = {tool.name: tool for tool in TOOL_PASSES}
 # The installed Triton's own LLVM: parse the text and run the NVPTX backend, as make_ptx does.
 _VERIFY_SCRIPT = """
 import sys
@@ -75,17 +67,24 @@ class PassError(Exception):
     """A pass or the Triton check failed on a valid command line (exit status 1)."""
 
 
+def _pass_options() -> dict[str, tuple[Option, list[str]]]:
+    """Every pass option by name, with the passes that declare it (in the passes' order)."""
+    options: dict[str, tuple[Option, list[str]]] = {}
+    for tool in TOOL_PASSES:
+        for option in tool.options:
+            known, users = options.setdefault(option.name, (option, []))
+            if known.parse is not option.parse:
+                raise TypeError(f"--{option.name} is read differently by {users[0]} and {tool.name}")
+            users.append(tool.name)
+    return options
+
+
 @dataclass(frozen=True)
 class Options:
     input: Path
     output: Path | None
     passes: list[str]
-    prefix: str | None
-    keep: set[str] | None
-    keep_globals: set[str] | None
-    library: Path | None
-    functions: list[str] | None
-    for_triton: tuple[int, int] | None
+    values: dict[str, Any]  # pass option name -> parsed value, None when not given
     arch: int
     verify_triton: bool
 
@@ -96,19 +95,16 @@ class Options:
         return sm_arch_from_capability(self.arch)
 
 
-def _names(value: str) -> list[str]:
-    return [n.strip() for n in value.split(",") if n.strip()]
+def _argument_type(parse: Any) -> Any:
+    """``parse`` for argparse: its ValueError becomes the message argparse prints."""
 
+    def read(value: str) -> Any:
+        try:
+            return parse(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from e
 
-def _triton_version(value: str) -> tuple[int, int]:
-    try:
-        version = parse_version(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    if version not in SUPPORTED:
-        raise argparse.ArgumentTypeError(f"{value}: supported Triton versions are "
-                                         f"{', '.join(f'{a}.{b}' for a, b in SUPPORTED)}")
-    return version
+    return read
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,12 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input", type=Path, help="input file: .ll, .bc or .cu")
     p.add_argument("-o", dest="output", type=Path, help="output file (default: stdout)")
     p.add_argument("--passes", default="", help=f"comma-separated passes, in order: {', '.join(PASSES)}")
-    p.add_argument("--prefix", help="unique-symbols: prefix for every defined symbol")
-    p.add_argument("--keep", type=_names, help="extract-needed: functions to keep (with what they call)")
-    p.add_argument("--keep-globals", type=_names, help="extract-needed, link-library: globals kept external")
-    p.add_argument("--library", type=Path, help="link-library: library to link (.ll, .bc or .cu)")
-    p.add_argument("--functions", type=_names, help="abi-wrappers: functions to wrap (default: exported)")
-    p.add_argument("--for-triton", type=_triton_version, help="triton-compat: Triton version (default: installed)")
+    for name, (option, users) in _pass_options().items():
+        p.add_argument(f"--{name}", dest=name, metavar=name.replace("-", "_").upper(),
+                       type=_argument_type(option.parse), help=f"{', '.join(users)}: {option.help}")  # fmt: skip
     p.add_argument("--arch", type=int, default=90, help="SM number for .cu, link-library and the check")
     p.add_argument("--verify-triton", action="store_true", help="check that Triton's LLVM reads the result")
     return p
@@ -129,27 +122,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def _options(argv: list[str] | None) -> Options:
     """Parse and check the command line; argparse itself exits 2 on malformed arguments."""
-    ns = _parser().parse_args(argv)
-    passes = _names(ns.passes)
+    ns = vars(_parser().parse_args(argv))
+    passes = [n.strip() for n in ns["passes"].split(",") if n.strip()]
     unknown = [p for p in passes if p not in PASSES]
     if unknown:
         raise UsageError(f"unknown pass {', '.join(unknown)}; known passes: {', '.join(PASSES)}")
-    if TEXT_PASS in passes[:-1]:
-        raise UsageError(f"{TEXT_PASS} works on text and must be the last pass in --passes")
-    text_passes = [p for p in passes if p in TEXT_PASSES]
-    if passes[len(passes) - len(text_passes):] != text_passes:
-        raise UsageError(f"{' and '.join(TEXT_PASSES)} work on text: name them after every other pass")
+    for i, name in enumerate(passes):
+        later_module_passes = [p for p in passes[i + 1:] if PASSES[p].run is not None]
+        if PASSES[name].rewrite_text is not None and later_module_passes:
+            raise UsageError(f"{name} works on text: name it after every module pass in --passes "
+                             f"(here before {', '.join(later_module_passes)})")
     for name in passes:
-        for option in REQUIRED_OPTIONS.get(name, ()):
-            if getattr(ns, option) is None:
-                raise UsageError(f"pass {name} needs --{option.replace('_', '-')}")
-    for option, users in OPTION_USERS.items():
-        if getattr(ns, option) is not None and not set(users) & set(passes):
-            raise UsageError(f"--{option.replace('_', '-')} is only used by {' and '.join(users)}, "
-                             f"which --passes does not name")
-    return Options(ns.input, ns.output, passes, ns.prefix, set(ns.keep) if ns.keep is not None else None,
-                   set(ns.keep_globals) if ns.keep_globals is not None else None, ns.library, ns.functions,
-                   ns.for_triton, ns.arch, ns.verify_triton)
+        for option in PASSES[name].options:
+            if option.required and ns[option.name] is None:
+                raise UsageError(f"pass {name} needs --{option.name}")
+    values = {}
+    for name, (_, users) in _pass_options().items():
+        values[name] = ns[name]
+        if ns[name] is not None and not set(users) & set(passes):
+            raise UsageError(f"--{name} is only used by {' and '.join(users)}, which --passes does not name")
+    return Options(ns["input"], ns["output"], passes, values, ns["arch"], ns["verify_triton"])
 
 
 def read_module(path: Path, arch: int) -> llvm.ModuleRef:
@@ -172,57 +164,35 @@ def read_module(path: Path, arch: int) -> llvm.ModuleRef:
         raise UsageError(str(e)) from e
 
 
-def _note(pass_name: str, message: str) -> None:
-    print(f"{TOOL}: {pass_name}: {message}", file=sys.stderr)
-
-
-def _run_module_pass(name: str, mod: llvm.ModuleRef, opts: Options) -> None:
-    """Run module pass ``name`` on ``mod`` in place and report what it did on stderr."""
-    if name == "abi-wrappers":
-        report = PASSES[name](mod, opts.functions)
-        for w in report.wrapped:
-            _note(name, f"wrapped {w.target} as {', '.join(w.words or [w.symbol])}")
-        for fn, reason in report.unsupported.items():
-            _note(name, f"cannot wrap {fn}: {reason}")
-    elif name == "unique-symbols":
-        for old, new in PASSES[name](mod, opts.prefix).items():
-            _note(name, f"renamed {old} to {new}")
-    elif name == "extract-needed":
-        missing = PASSES[name](mod, opts.keep, opts.keep_globals or frozenset())
-        if missing:
-            raise PassError(f"{name}: the module does not define {', '.join(missing)}; check --keep")
-    elif name == "link-library":
-        library = read_module(opts.library, opts.arch)
-        for fn in PASSES[name](mod, library, opts.keep_globals or frozenset(), opts.cpu):
-            _note(name, f"linked {fn}")
-
-
 def verify_triton(text: str, cpu: str) -> None:
     """Raise :class:`PassError` unless the installed Triton's LLVM parses ``text`` and compiles it to PTX."""
     command = [sys.executable, "-c", _VERIFY_SCRIPT, cpu]
     proc = subprocess.run(command, input=text, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = "\n".join(ln for ln in proc.stderr.splitlines() if ln.strip()) or f"exit {proc.returncode}"
-        raise PassError(f"Triton's LLVM cannot read this IR: {detail}\nrun the {TEXT_PASS} pass last to make "
+        raise PassError(f"Triton's LLVM cannot read this IR: {detail}\nrun the triton-compat pass last to make "
                         f"LLVM 22.1 output readable by Triton {triton.__version__}")
 
 
 def run(opts: Options) -> str:
     """Load the input, run the passes and return the resulting IR text."""
     mod = read_module(opts.input, opts.arch)
+    context = ToolContext(opts.arch, opts.cpu, lambda path: read_module(path, opts.arch))
+    text = None  # the module's text once the text passes start (they come last: checked with the command line)
     for name in opts.passes:
-        if name not in TEXT_PASSES:
-            try:
-                _run_module_pass(name, mod, opts)
-            except ValueError as e:
-                raise PassError(str(e)) from e
-    text = str(mod).rstrip("\n") + "\n"
-    if "pin-device-transport" in opts.passes:
-        text, pinned = PASSES["pin-device-transport"](text)
-        _note("pin-device-transport", f"pinned {pinned} device transport load{'s' * (pinned != 1)} to the proxy")
-    if opts.passes and opts.passes[-1] == TEXT_PASS:
-        legacy = LEGACY_LLVM if opts.for_triton is None else opts.for_triton < LEGACY_LLVM_BEFORE
-        text = PASSES[TEXT_PASS](text, legacy_llvm=legacy)
+        tool = PASSES[name]
+        values = {option.name: opts.values[option.name] for option in tool.options}
+        try:
+            if tool.rewrite_text is not None:
+                text, report = tool.rewrite_text(text or str(mod).rstrip("\n") + "\n", values)
+            else:
+                report = tool.run(mod, values, context)
+        except ValueError as e:
+            raise PassError(str(e)) from e
+        for line in report:
+            print(f"{TOOL}: {name}: {line}", file=sys.stderr)
+    if text is None:
+        text = str(mod).rstrip("\n") + "\n"
     if opts.verify_triton:
         verify_triton(text, opts.cpu)
     return text

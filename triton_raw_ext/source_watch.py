@@ -16,7 +16,6 @@ rehashes, finds the new key and compiles the new code. A hook installed before i
 from __future__ import annotations
 
 import gc
-import os
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,18 +23,10 @@ from pathlib import Path
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
+from .dialect import RawFunction, stamp
+
 _MARK = "_triton_raw_ext_watch"
-Stamp = tuple[int, int, int]
 _watched: weakref.WeakSet[JITFunction] = weakref.WeakSet()
-
-
-def stamp(path: Path) -> Stamp | None:
-    """What a change of ``path`` changes: modification time, size, inode (None once it is gone)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 def changed(raw_functions: list) -> bool:
@@ -52,8 +43,6 @@ def changed(raw_functions: list) -> bool:
 
 def raw_functions_of(fn: JITFunction) -> list:
     """The raw functions ``fn`` can reach: in its globals, and in those of the JIT functions there."""
-    from .dialect import RawFunction
-
     found, seen, todo = [], set(), [fn]
     while todo:
         current = todo.pop()

@@ -87,21 +87,25 @@ def _pip_clang() -> Clang | None:
     return Clang(command, version, "pip", resources[-1]) if version else None
 
 
-@functools.lru_cache(maxsize=1)
 def find_clang() -> Clang:
-    """The clang to compile `.cu` files with; raises :class:`RawCompileError` naming the fix."""
+    """The clang to compile `.cu` files with, looked up once per value of ``knobs.clang``; raises
+    :class:`RawCompileError` naming the fix."""
+    return _find_clang(knobs.clang)
+
+
+@functools.cache
+def _find_clang(knob: str | None) -> Clang:
     rejected: list[str] = []
-    if knobs.clang:
-        path = shutil.which(knobs.clang) or knobs.clang
+    if knob:
+        path = shutil.which(knob) or knob
         version = _clang_version((path,))
         if version is None:
             raise RawCompileError(
-                f"TRITON_RAW_CLANG={knobs.clang} does not run as clang (`{knobs.clang} --version` failed); "
-                f"{CLANG_INSTALL_HINT}"
+                f"TRITON_RAW_CLANG={knob} does not run as clang (`{knob} --version` failed); {CLANG_INSTALL_HINT}"
             )
         if version[0] < MIN_CLANG_MAJOR:
             raise RawCompileError(
-                f"TRITON_RAW_CLANG={knobs.clang} is clang {version[0]}; clang >= {MIN_CLANG_MAJOR} is needed; "
+                f"TRITON_RAW_CLANG={knob} is clang {version[0]}; clang >= {MIN_CLANG_MAJOR} is needed; "
                 f"{CLANG_INSTALL_HINT}"
             )
         return Clang((path,), version, "knob")
@@ -214,9 +218,9 @@ def _llvm_link_version(path: str) -> tuple[int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
-def _beside_clang() -> str | None:
+def _beside_clang(clang_knob: str | None) -> str | None:
     try:
-        clang = find_clang()
+        clang = _find_clang(clang_knob)
     except RawCompileError:
         return None
     if clang.route == "pip":
@@ -225,22 +229,27 @@ def _beside_clang() -> str | None:
     return str(candidate) if candidate.is_file() else None
 
 
-@functools.lru_cache(maxsize=1)
 def find_llvm_link() -> LlvmLink | None:
-    """The llvm-link to cut NVSHMEM's bitcode with, or None (llvmlite then cuts it, more slowly).
+    """The llvm-link to cut NVSHMEM's bitcode with, or None (llvmlite then cuts it, more slowly); looked
+    up once per value of ``knobs.llvm_link`` and ``knobs.clang`` (the clang's folder is searched).
 
     Raises :class:`RawCompileError` when ``knobs.llvm_link`` names one that does not run or has
     another LLVM major version than llvmlite.
     """
+    return _find_llvm_link(knobs.llvm_link, knobs.clang)
+
+
+@functools.cache
+def _find_llvm_link(knob: str | None, clang_knob: str | None) -> LlvmLink | None:
     major = llvmlite_major()
-    if knobs.llvm_link:
-        path = shutil.which(knobs.llvm_link) or knobs.llvm_link
+    if knob:
+        path = shutil.which(knob) or knob
         version = _llvm_link_version(path)
         if version is None or version[0] != major:
             found = "does not run as llvm-link" if version is None else f"is LLVM {'.'.join(map(str, version))}"
-            raise RawCompileError(f"TRITON_RAW_LLVM_LINK={knobs.llvm_link} {found}; {llvm_link_install_hint()}")
+            raise RawCompileError(f"TRITON_RAW_LLVM_LINK={knob} {found}; {llvm_link_install_hint()}")
         return LlvmLink(path, version, "knob")
-    candidates = [("clang", _beside_clang())]
+    candidates = [("clang", _beside_clang(clang_knob))]
     candidates += [("path", shutil.which(name)) for name in (f"llvm-link-{major}", "llvm-link")]
     for route, path in candidates:
         version = _llvm_link_version(path) if path else None

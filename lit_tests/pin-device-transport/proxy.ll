@@ -3,7 +3,8 @@
 ; RUN: triton-raw-opt %s --passes=pin-device-transport 2>/dev/null | FileCheck %s
 ; RUN: triton-raw-opt %s --passes=pin-device-transport 2>&1 >/dev/null | FileCheck %s --check-prefix=REPORT
 ; RUN: triton-raw-opt %s --passes=pin-device-transport,triton-compat --verify-triton >/dev/null
-; RUN: not triton-raw-opt %s --passes=triton-compat,pin-device-transport 2>&1 | FileCheck %s --check-prefix=ORDER
+; RUN: not triton-raw-opt %s --passes=pin-device-transport,unique-symbols --prefix=p_ 2>&1 \
+; RUN:   | FileCheck %s --check-prefix=ORDER
 
 target triple = "nvptx64-nvidia-cuda"
 
@@ -43,7 +44,7 @@ proxy:
 ; CHECK-DAG: declare void @llvm.trap()
 
 ; REPORT: triton-raw-opt: pin-device-transport: pinned 1 device transport load to the proxy
-; ORDER: error: triton-compat works on text and must be the last pass in --passes
+; ORDER: error: pin-device-transport works on text: name it after every module pass in --passes (here before unique-symbols)
 
 !0 = !{!"omnipotent char", !1, i64 0}
 !1 = !{!"Simple C++ TBAA"}

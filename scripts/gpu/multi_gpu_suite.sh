@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 7: the three tutorials on several GPUs of one host, one PE per GPU (no MPS, no shared-GPU
+# The three tutorials on several GPUs of one host, one PE per GPU (no MPS, no shared-GPU
 # mode), with the NCCL baselines timed in the same runs. For each world size W it runs, under
 # `python3 -m torch.distributed.run --standalone --nproc_per_node=W`:
 #   T1 allreduce.py (whole shape table, CUDA graphs at T=16, 4096) and benchmark.py at H in {2048, 8192},
 #      T in {1, 16, 128, 1024, 4096} against NCCL all_reduce + torch.compile'd residual + RMSNorm;
-#   T2 ag_gemm.py (the five issue shapes, bf16 + fp16) and benchmark.py at the same five shapes against
+#   T2 ag_gemm.py (its five shapes, bf16 + fp16) and benchmark.py at the same five shapes against
 #      all_gather_into_tensor + matmul and against the GEMM alone;
 #   T3 megamoe.py (small cases + the production shape E=128) and benchmark.py at the production shape
 #      (H=4096, I=1536, E=128, top-k 8, 512 tokens per rank) against the torch all_to_all baseline.

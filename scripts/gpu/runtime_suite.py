@@ -10,8 +10,10 @@ put-with-signal + wait from kernels (raw NVSHMEM), barrier, peer() views, peer()
 tensors freed once. Then host on-stream put/get from a load_host helper at world 1: NVSHMEM refuses
 host-initiated on-stream calls when PEs share a GPU in its default "limited MPG" mode, and its full
 mode (each PE's MPS share set to 100/PEs) hung or faulted on the H200 (docs/runtime.md). Then 20
-init/finalize cycles in fresh processes, and that a rank raising mid-run ends its peers with an
-error in bounded time. Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL
+init/finalize cycles in fresh processes, that a rank raising mid-run ends its peers with an error in
+bounded time, and allocations while a peer's stream barrier still runs (2 PEs; one PE per GPU, before
+MPS starts, on a host with two or more GPUs, where NVSHMEM's barriers run on the device; else sharing
+the GPU). Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL
 table as it goes and writes JSON (date, GPU, versions, command, per-check results and timings) to
 $OUT, else bench/results/, after every stage. Exit status: 0 when every check passed.
 """
@@ -27,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
@@ -36,6 +40,9 @@ CORE_TIMEOUT_S = float(os.environ.get("RUNTIME_SUITE_CORE_TIMEOUT_S", "300"))  #
 CYCLE_TIMEOUT_S = 120.0
 RAISE_BOUND_S = 90.0
 PEER_FAILED_EXIT_CODE = 86  # triton_raw_ext.runtime.PEER_FAILED_EXIT_CODE (not imported here)
+ALLOC_SKEW_ROUNDS = 200
+ALLOC_SKEW_SLEEP_US = 50.0  # the last PE's stream is held back this long before each allocation
+ALLOC_SKEW_TIMEOUT_S = 120.0
 
 SUITE_HELPER_CU = r"""
 #include <nvshmem.h>
@@ -297,7 +304,41 @@ def worker_raise() -> dict:
     return {"unexpected": {"ok": False, "error": "the barrier completed without PE 1"}}
 
 
-WORKERS = {"core": worker_core, "host_stream": worker_host_stream, "cycle": worker_cycle, "raise": worker_raise}
+def worker_alloc_skew() -> dict:
+    """ALLOC_SKEW_ROUNDS ``runtime.zeros()`` with the last PE's stream held back before each, so the
+    other PEs start every nvshmem_malloc while their previous stream barrier still waits for that PE.
+    Two barriers of one team running at once on a PE can lose a sync-counter update and hang a later
+    barrier; ``empty()`` waits for the GPU before nvshmem_malloc (trx_malloc in the host helper), so
+    every round must complete."""
+    import torch
+
+    from triton_raw_ext import runtime
+
+    results: dict = {}
+    _timed(results, "init", runtime.init)
+    if not results["init"]["ok"]:
+        return results
+    me, n = runtime.my_pe(), runtime.n_pes()
+
+    def rounds() -> None:
+        clock_hz = torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate * 1e3
+        sleep_cycles = int(ALLOC_SKEW_SLEEP_US * 1e-6 * clock_hz)
+        kept = []
+        for _ in range(ALLOC_SKEW_ROUNDS):
+            if me == n - 1:
+                torch.cuda._sleep(sleep_cycles)
+            kept.append(runtime.zeros(16, torch.int32))
+        torch.cuda.synchronize()
+        assert torch.cat(kept).count_nonzero().item() == 0
+        kept.clear()  # every PE drops them at the same point: the frees are collective
+
+    _timed(results, "rounds", rounds)
+    _timed(results, "finalize", runtime.finalize)
+    return results
+
+
+WORKERS = {"core": worker_core, "host_stream": worker_host_stream, "cycle": worker_cycle, "raise": worker_raise,
+           "alloc_skew": worker_alloc_skew}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,28 +352,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], float]:
+def worker_env(rank: int, world: int, port: int, shared_gpu: bool = True) -> dict[str, str]:
+    """The environment of PE ``rank``: torchrun's variables, every PE on GPU 0 (``shared_gpu``) or
+    PE ``rank`` on GPU ``rank`` over the loopback interface."""
+    env = dict(
+        os.environ,
+        **SAFE_ENV,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        TRITON_RAW_FINALIZE_TIMEOUT_S="60",
+    )
+    if shared_gpu:
+        env["TRITON_RAW_SHARED_GPU"] = "1"
+    else:
+        env.pop("TRITON_RAW_SHARED_GPU", None)
+        env.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")  # one host
+    return env
+
+
+def run_world(kind: str, world: int, timeout_s: float, shared_gpu: bool = True) -> tuple[list[dict], float]:
     """Run ``world`` PEs of worker ``kind``; returns per-rank {rc, stdout, stderr, result} and wall time."""
     port = _free_port()
     procs = []
     start = time.monotonic()
     for rank in range(world):
-        env = dict(
-            os.environ,
-            **SAFE_ENV,
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(world),
-            TRITON_RAW_SHARED_GPU="1",
-            TRITON_RAW_FINALIZE_TIMEOUT_S="60",
-        )
         procs.append(
             subprocess.Popen(
                 [sys.executable, __file__, "--worker", kind],
-                env=env,
+                env=worker_env(rank, world, port, shared_gpu),
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -359,9 +410,12 @@ def run_world(kind: str, world: int, timeout_s: float) -> tuple[list[dict], floa
     return ranks, time.monotonic() - start
 
 
-def check_core(world: int, kind: str = "core") -> list[dict]:
-    ranks, wall = run_world(kind, world, CORE_TIMEOUT_S)
+def check_core(
+    world: int, kind: str = "core", timeout_s: float = CORE_TIMEOUT_S, shared_gpu: bool = True
+) -> list[dict]:
+    ranks, wall = run_world(kind, world, timeout_s, shared_gpu)
     prefix = f"world{world}" if kind == "core" else f"world{world}-{kind}"
+    prefix += "" if shared_gpu else "-one_pe_per_gpu"
     names = sorted({name for r in ranks for name in r["result"]}) or ["init"]
     checks = []
     for name in names:
@@ -423,6 +477,29 @@ def check_raise(world: int) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Stage:
+    """A step of the suite: what it checks, the call that runs it, and whether it needs MPS."""
+
+    name: str
+    run: Callable[[], list[dict]]
+    under_mps: bool = True
+
+
+def stages(gpus: int) -> list[Stage]:
+    """The suite's steps in order for a host with ``gpus`` GPUs: those without MPS first."""
+    one_pe_per_gpu = gpus >= 2
+    alloc_skew = Stage(
+        "alloc_skew",
+        lambda: check_core(2, "alloc_skew", ALLOC_SKEW_TIMEOUT_S, shared_gpu=not one_pe_per_gpu),
+        under_mps=not one_pe_per_gpu,
+    )
+    steps = [Stage(f"world{w}", lambda w=w: check_core(w)) for w in WORLD_SIZES]
+    steps += [Stage("world1-host_stream", lambda: check_core(1, "host_stream")),
+              Stage("cycles", lambda: [check_cycles(2)]), Stage("raise", lambda: [check_raise(2)])]  # fmt: skip
+    return [alloc_skew, *steps] if one_pe_per_gpu else [*steps, alloc_skew]
+
+
 def _mps(action: str) -> str:
     try:
         if action == "start":
@@ -440,7 +517,8 @@ def _environment() -> dict:
     info: dict = {"python": platform.python_version()}
     probe = (
         "import json, torch, triton; from triton_raw_ext.nvshmem_install import find_nvshmem; "
-        "print(json.dumps({'gpu': torch.cuda.get_device_name(0), 'torch': torch.__version__, "
+        "print(json.dumps({'gpu': torch.cuda.get_device_name(0), 'gpus': torch.cuda.device_count(), "
+        "'torch': torch.__version__, "
         "'triton': triton.__version__, 'nvshmem': find_nvshmem().version_str}))"
     )
     try:
@@ -466,19 +544,18 @@ def main() -> int:
         "command": " ".join([sys.executable, *sys.argv]),
         "environment": _environment(),
     }
-    report["mps"] = _mps("start")
+    report["mps"] = "not started"
     out_dir = Path(os.environ.get("OUT") or Path(__file__).resolve().parents[2] / "bench" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"runtime_suite-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     checks: list[dict] = []
     report["checks"], report["passed"] = checks, False
-    stages = [lambda w=w: check_core(w) for w in WORLD_SIZES]
-    stages.append(lambda: check_core(1, "host_stream"))
-    stages += [lambda: [check_cycles(2)], lambda: [check_raise(2)]]
     print(f"{'check':<40}  result  seconds", flush=True)
     try:
-        for stage in stages:  # results are printed and saved per stage: a killed suite keeps what ran
-            for c in stage():
+        for stage in stages(report["environment"].get("gpus", 1)):  # printed and saved per stage
+            if stage.under_mps and report["mps"] == "not started":
+                report["mps"] = _mps("start")
+            for c in stage.run():
                 checks.append(c)
                 print(f"{c['check']:<40}  {'PASS' if c['ok'] else 'FAIL':<6}  {c['seconds']:>7}", flush=True)
                 if not c["ok"] and c["detail"]:

@@ -28,6 +28,9 @@ if [ ! -d /tmp/site/triton_raw_ext ] || [ "$(cat /tmp/site/.trx_sources 2>/dev/n
   echo "$stamp" >/tmp/site/.trx_sources
 fi
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+# The checkout's triton_raw_ext/ must not shadow that install, which maps passes/ and runtime/ into the
+# package: no current folder on sys.path for `python3 -m`/`-c` (scripts put the folders they need there).
+export PYTHONSAFEPATH=1
 export RESULTS=${RESULTS:-/tmp/results}
 mkdir -p "$RESULTS"
 start_mps() { nvidia-cuda-mps-control -d 2>/dev/null || true; }

@@ -51,7 +51,7 @@ print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, find_
 # 1. compile every kernel variant the suite launches, in parallel, into Triton's cache
 run_step compile 120 python3 "$T1/aot.py" --warm 2048 4096 7168 8192 --worlds 1 2 4 --jobs 12
 
-# 2. world 1: the whole shape table, both dtypes; graph capture at three sizes
+# 2. world 1: the whole shape table, both dtypes; graph capture at three sizes
 run_step correct_w1 90 python3 "$T1/allreduce.py" --graph-tokens 1 128 4096 --json "$WORK/correct_w1.json"
 
 # 3. benchmark at world 1 on the goal shapes, against torch.compile, in the same process

@@ -163,7 +163,7 @@ class AllReduceRMSNorm:
 
     def _preload(self) -> None:
         """Compile and load, before any kernel that waits on peers is enqueued, the kernel of every
-        algorithm this op can pick (16-byte aligned tensors; :mod:`triton_raw_ext.preload` says why),
+        algorithm this op can pick (16-byte aligned tensors; :mod:`triton_raw_ext.kernel_loading` says why),
         and size its grid cap (arn_plan.grid_cap); the ranks agree on the cap (the smallest), since
         program p of every rank must handle the same rows."""
         from triton.runtime import driver
@@ -217,13 +217,14 @@ class AllReduceRMSNorm:
             import triton
             from triton.runtime import driver
 
-            from triton_raw_ext.preload import load
+            from triton_raw_ext import kernel_loading
 
             target = driver.active.get_current_target()
             src = kernel_source(
                 int(algo), self.world, cfg.block_h, DTYPE_NAMES[self.dtype], aligned, int(self.push), cfg.batch_rows
             )
-            self._kernels[key] = load(triton.compile(src, target=target, options={"num_warps": cfg.num_warps}))
+            compiled = triton.compile(src, target=target, options={"num_warps": cfg.num_warps})
+            self._kernels[key] = kernel_loading.load(compiled)
         return self._kernels[key]
 
     def __call__(

@@ -41,7 +41,7 @@ class Push(enum.IntEnum):
 # Cost model for the one-shot/two-shot switch (README, "Choosing the algorithm"). Per call, one-shot
 # sends (W-1)*M bytes per rank in one hop; two-shot sends 2*(W-1)/W*M in two hops with a wait
 # between them. One-shot wins while its extra bytes cost less than the extra hop.
-HOP_LATENCY_S = 3e-6  # one put-with-signal + wait across NVLink, seconds (to be measured, multi-GPU issue)
+HOP_LATENCY_S = 3e-6  # one put-with-signal + wait across NVLink, seconds (an estimate, not measured)
 LINK_BYTES_PER_S = 4.0e11  # per-GPU NVLink bandwidth one way on H100/H200 class parts (bytes/s)
 MAX_WARPS_WAITING = 8  # warps of a program that waits on peers (arn_plan.waiting_warps)
 
@@ -171,7 +171,7 @@ class Tuning:
     ``programs_per_sm``: the most programs per SM (fewer when fewer fit: :func:`programs_per_sm`);
     ``num_warps``: warps per program (``None``: :func:`waiting_warps`); ``batch_rows``: rows a
     one-shot program pushes and finishes at once. The defaults were the fastest at world 2 on two
-    H200s (bench/results/session5-2026-11-29/, the tuning sweep): many small programs beat few large
+    H200s (bench/results/2026-11-29-2xH200-t1-tuning-sweep/): many small programs beat few large
     ones, and batching rows in a program gained nothing once programs were small.
     """
 
@@ -255,7 +255,7 @@ def grid_cap(sms: int, fit: int, programs_per_sm: int, sharing: int) -> int:
     """Programs one rank may launch so that all of them, on every PE sharing the GPU, are resident at
     once: ``min(programs_per_sm, fit)`` per SM (``fit``: :func:`programs_per_sm` of the kernel), but
     one per SM over all ``sharing`` PEs when several share the GPU (MPS does not promise to put
-    programs of different processes on one SM: with 8 per SM T1's check hung, session 5)."""
+    programs of different processes on one SM: with 8 per SM the check of 2 PEs sharing a GPU hung)."""
     if min(sms, fit, programs_per_sm, sharing) < 1:
         raise ValueError(f"grid_cap: every argument must be >= 1, got {sms=} {fit=} {programs_per_sm=} {sharing=}")
     per_sm = 1 if sharing > 1 else min(programs_per_sm, fit)

@@ -19,7 +19,7 @@ without launch gaps). Every rank's time of a repeat is gathered and the rank max
 and p99 are over repeats. Effective TB/s counts the bytes the op must move per rank: read x,
 residual and weight, write norm_out and residual_out (arn_plan.effective_bytes). Results go to
 ``--json`` (default ``$OUT/bench_t1_<date>.json`` or ``bench/results/``); where ``nccl+compile`` ran,
-its ``goal`` holds issue 7's verdict per mode (:func:`goal_vs_nccl`), else null.
+its ``goal`` holds the multi-GPU goal's verdict per mode (:func:`goal_vs_nccl`), else null.
 
 Usage: ``python benchmark.py --shapes 4096x8192 128x8192`` (world 1) or under torchrun.
 """
@@ -39,17 +39,17 @@ from typing import Any
 
 import torch
 
-from triton_raw_ext.timing import percentile, rank_max
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tutorials/: the helpers they share
 
 from allreduce import DTYPE_NAMES, AllReduceRMSNorm, parse_tuning  # noqa: E402
 from arn_plan import Push, Tuning, effective_bytes  # noqa: E402
 from arn_reference import make_inputs  # noqa: E402
+from common.timing import percentile, rank_max  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EPS = 1e-6
-# Issue 7 (one GPU per rank): no slower than NCCL all_reduce + torch.compile at any T, and at least
+# The multi-GPU goal (one GPU per rank): no slower than NCCL all_reduce + torch.compile at any T, and at least
 # GOAL_SMALL_T_SPEEDUP times faster at T <= GOAL_SMALL_T.
 GOAL_SMALL_T = 128
 GOAL_SMALL_T_SPEEDUP = 1.3
@@ -63,7 +63,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
 
 
 def goal_vs_nccl(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Issue 7's verdict from the benchmark rows; None when ``nccl+compile`` was not timed.
+    """The multi-GPU goal's verdict from the benchmark rows; None when ``nccl+compile`` was not timed.
 
     For every (mode, T, H) with both the fused op and ``nccl+compile`` timed: speedup = baseline p50 /
     fused p50, met when >= GOAL_SMALL_T_SPEEDUP at T <= GOAL_SMALL_T and >= 1 otherwise. ``met`` per
@@ -207,7 +207,7 @@ def main() -> int:
     dtype = {v: k for k, v in DTYPE_NAMES.items()}[args.dtype]
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
     # One static graph per shape; with fullgraph=True, dynamo's default limit of 8 graphs per function
-    # would raise at the 9th shape (issue 7's table has 10).
+    # would raise at the 9th shape (the multi-GPU goal's table has 10).
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(shapes))
     compiled = torch.compile(add_rmsnorm, dynamic=False, fullgraph=True)
     rows = []

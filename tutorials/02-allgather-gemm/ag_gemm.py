@@ -57,10 +57,10 @@ from ag_timing import SLEEP_CYCLES_PER_US  # noqa: E402
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # Shared-GPU mode (several PEs on one GPU): each PE's persistent GEMM takes SMs // PEs minus this
 # many programs. A GEMM holding every SM while it spins on a peer's flag can starve the work that
-# raises the flag (a same-device copy run on SMs; in session 2 also the per-call barrier kernel, since
-# removed): seen as the 20 s wait trap at world 2 and 4 on the H200 for shapes whose tiles fill the GPU.
+# raises the flag (a same-device copy run on SMs): seen as the 20 s wait trap at world 2 and 4 on the
+# H200 for shapes whose tiles fill the GPU.
 SPARE_SMS_PER_SHARING_PE = 2
-ISSUE_SHAPES = ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
+TUTORIAL_SHAPES = ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
                 (4096, 8192, 28672))  # (m_per_rank, n_per_rank, k)
 
 
@@ -316,7 +316,7 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", type=_parse_shape, nargs="+", default=list(ISSUE_SHAPES),
+    parser.add_argument("--shapes", type=_parse_shape, nargs="+", default=list(TUTORIAL_SHAPES),
                         help="m_per_rank x n_per_rank x k, e.g. 4096x8192x8192")
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
     parser.add_argument("--seed", type=int, default=0)

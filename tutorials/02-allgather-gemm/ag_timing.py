@@ -6,7 +6,7 @@ launch overhead is not timed), then events around the operation. The host time o
 measured too: when it exceeds the sleep, the GPU waited for the host and the device time includes
 that wait, which the benchmark reports (``host_enqueue`` against ``host_lead_us``). The per-repeat
 times of all ranks are reduced with a max per repeat (the collective is as slow as its slowest rank);
-the summaries come from :mod:`triton_raw_ext.timing`.
+the summaries come from ``tutorials/common/timing.py``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from collections.abc import Callable
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 SLEEP_CYCLES_PER_US = 2_000  # torch.cuda._sleep counts SM clock cycles: about 2 GHz on the H200
-# 1 ms: AG-GEMM's host work per call (pushes and flag writes on a side stream, descriptors, the launch;
-# in session 5 also a stream barrier) took 0.25-0.85 ms, longer than the 0.1 ms used before, which then
-# timed it as device time.
+# 1 ms: AG-GEMM's host work per call (pushes and flag writes on a side stream, descriptors, the launch)
+# takes 0.3-0.8 ms; a shorter lead times it as device time (bench/results/2026-11-29-2xH200-t2-host-lead/).
 DEFAULT_HOST_LEAD_US = 1000.0
 
 

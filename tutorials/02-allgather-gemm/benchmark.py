@@ -11,7 +11,7 @@ sleep before the timed call (``--host-lead-us``) covered it. The torch baseline 
 all-gather of one rank is empty), and absent in shared-GPU mode (NCCL refuses two ranks on one GPU).
 ``--configs all`` times every candidate tile config of ``ag_schedule.CANDIDATE_CONFIGS``; ``--shapes``
 takes one or more shapes, timed one after the other in the same processes. Writes one JSON per shape
-to ``--out`` (a folder), with the shape's goal (:func:`goal`: issue 5's at world 1, issue 7's at
+to ``--out`` (a folder), with the shape's goal (:func:`goal`: one at world 1, one at
 world > 1); exits 2 when a goal is not met.
 """
 
@@ -29,16 +29,16 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tutorials/: the helpers they share
 
 import ag_reference as reference  # noqa: E402
 import ag_timing as timing  # noqa: E402
-from ag_gemm import DTYPES, ISSUE_SHAPES, AllGatherGEMM, _parse_shape  # noqa: E402
+from ag_gemm import DTYPES, TUTORIAL_SHAPES, AllGatherGEMM, _parse_shape  # noqa: E402
 from ag_schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops  # noqa: E402
+from common.timing import rank_max, summarize  # noqa: E402
 
-from triton_raw_ext.timing import rank_max, summarize  # noqa: E402
-
-GOAL_RATIO = 0.90  # world 1 (issue 5): best AG-GEMM at least this fraction of torch.matmul's speed
-GOAL_VS_GEMM_ALONE = 1.05  # world > 1 (issue 7): best AG-GEMM total at most this times its GEMM alone
+GOAL_RATIO = 0.90  # world 1: best AG-GEMM at least this fraction of torch.matmul's speed
+GOAL_VS_GEMM_ALONE = 1.05  # world > 1: best AG-GEMM total at most this times its GEMM alone
 
 
 def _versions() -> dict[str, str]:
@@ -56,8 +56,8 @@ def goal(rows: list[dict], world: int) -> dict | None:
     """The verdict of one shape from its rows (``variant``, ``p50``, ``speed_vs_torch``); None when it
     has no baseline.
 
-    World 1 (issue 5): the fastest ``ag_gemm*`` variant at >= GOAL_RATIO x torch.matmul's speed.
-    World > 1 (issue 7): the fastest ``ag_gemm*`` variant's p50 at most GOAL_VS_GEMM_ALONE x the p50 of
+    World 1: the fastest ``ag_gemm*`` variant at >= GOAL_RATIO x torch.matmul's speed.
+    World > 1: the fastest ``ag_gemm*`` variant's p50 at most GOAL_VS_GEMM_ALONE x the p50 of
     ``gemm_alone`` with the same config (the GEMM on an already gathered A: what overlap cannot beat).
     """
     best = min((r for r in rows if r["variant"].startswith("ag_gemm")), key=lambda r: r["p50"])
@@ -178,8 +178,8 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", "--shape", type=_parse_shape, nargs="+", default=[(4096, 8192, 8192)],
-                        help="m_per_rank x n x k, one or more (the issue's five: --shapes " +
-                        " ".join("x".join(map(str, s)) for s in ISSUE_SHAPES) + ")")
+                        help="m_per_rank x n x k, one or more (the tutorial's five: --shapes " +
+                        " ".join("x".join(map(str, s)) for s in TUTORIAL_SHAPES) + ")")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     parser.add_argument("--configs", choices=("default", "all"), default="default")
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per variant and round")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tutorial 2 (AllGather-GEMM) on a GPU box, from the repository root, bounded to ~480 s in total:
-#   1. world 1 correctness: the five shapes, bf16 and fp16
+#   1. world 1 correctness: the five shapes, bf16 and fp16
 #   2. world 1 benchmark at 4096x8192x8192 bf16: every candidate config vs torch.matmul, same run
-#   3. world 2 and 4 correctness in shared-GPU mode (all ranks on GPU 0, MPS on), the shapes
+#   3. world 2 and 4 correctness in shared-GPU mode (all ranks on GPU 0, MPS on), the five shapes
 # Every step runs under `timeout`; a PASS/FAIL table comes last; JSON and logs go to $OUT (else
 # bench/results). Needs .debs/ (clang) carried along: see scripts/gpu/setup.sh.
 set -uo pipefail

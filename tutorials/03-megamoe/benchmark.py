@@ -36,14 +36,14 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for folder in (HERE, HERE.parent):  # this tutorial, and tutorials/ for the helpers they share
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
+from common.timing import percentile, rank_max  # noqa: E402
 from megamoe import TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights  # noqa: E402
 from moe_ep_reference import ep_forward  # noqa: E402
 from moe_reference import reference, reference_bf16  # noqa: E402
-
-from triton_raw_ext.timing import percentile, rank_max  # noqa: E402
 
 COPY_BW = 4.27e12  # bytes/s, device copy measured on the H200
 MATMUL_RATE = 713e12  # FLOP/s, bf16 matmul measured on the H200

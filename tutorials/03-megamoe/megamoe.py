@@ -132,9 +132,9 @@ class MegaMoE:
     def _preload(self) -> None:
         """Compile and load every kernel of a call before any rank allocates or communicates, then wait
         on the host for all ranks (a module loaded while a peer's kernel waits for this rank can hang
-        the job: :mod:`triton_raw_ext.preload`). The kernels do not specialise on the token count or
+        the job: :mod:`triton_raw_ext.kernel_loading`). The kernels do not specialise on the token count or
         the rank, so these are the kernels of every later call."""
-        from triton_raw_ext.preload import preload
+        from triton_raw_ext import preload
 
         for launch in self._launches[self.cfg.max_tokens]:
             args = [_SIGNATURE_DTYPES.get(sig, 2) for _, _, sig in launch.params]  # ints: any value but 1

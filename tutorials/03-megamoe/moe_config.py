@@ -170,11 +170,10 @@ def choose_tiles(rows_per_expert: float, hidden: int, intermediate: int) -> Tile
     """Tiles for an expected load of ``rows_per_expert`` (average pairs per local expert).
 
     Few rows per expert waste most of a 128-row tile, so small loads use 64-row tiles. Big loads use
-    the best of the H200 sweeps (``tune_gemms.py``, bench/results/session2-2026-11-29/): 128-row tiles,
-    N 128 per gate/up half in L1 and 256 in L2, K 32, 6 stages, groups of 8 M tiles (L1 211-212 us,
-    L2 110 us at the production load, against 278 and 134 us for the first version's tiles); narrower
-    N where the 64-aligned dimensions do not divide. L1 loads its weight tiles through TMA (214.7 against
-    219.3 us with pointers, bench/results/session3-2026-11-29/); L2 does not (117-120 against 111.4 us).
+    tiles of 128 rows, N 128 per gate/up half in L1 and 256 in L2, K 32, 6 stages, groups of 8 M tiles:
+    best of the sweep in bench/results/2026-11-29-1xH200-t3-tile-sweep/; narrower N where the 64-aligned
+    dimensions do not divide. L1 loads its weight tiles through TMA, L2 does not: faster each way in
+    bench/results/2026-11-29-1xH200-t3-tma-sweep/.
     """
     if intermediate % 64 or hidden % 64:
         raise ValueError(f"hidden={hidden}, intermediate={intermediate} do not divide into the GEMM tiles")

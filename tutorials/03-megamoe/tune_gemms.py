@@ -34,7 +34,7 @@ L1_CANDIDATES = [
     (128, 128, 32, 8, 6, 8, True),  # choose_tiles' pick: weight tiles through TMA
     (128, 128, 32, 8, 6, 8),  # the same with pointer loads
     (128, 128, 32, 8, 5, 4),
-    (128, 64, 64, 8, 4, 4),  # the first version's tiles
+    (128, 64, 64, 8, 4, 4),  # narrow N
     (128, 128, 32, 8, 6, 4),
     (128, 128, 32, 8, 4, 4),
     (128, 128, 32, 8, 5, 2),
@@ -46,7 +46,7 @@ L1_CANDIDATES = [
 L2_CANDIDATES = [
     (128, 256, 32, 8, 6, 8),  # choose_tiles' pick
     (128, 256, 32, 8, 5, 4),
-    (128, 128, 64, 8, 4, 4),  # the first version's tiles
+    (128, 128, 64, 8, 4, 4),  # narrow N
     (128, 256, 32, 8, 6, 4),
     (128, 256, 32, 8, 4, 4),
     (128, 256, 64, 8, 4, 8),
