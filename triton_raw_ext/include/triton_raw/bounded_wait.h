@@ -1,14 +1,17 @@
 /* triton-raw-ext: bounded spin-waits on flags that other PEs raise.
  *
  * Contract: triton_raw_wait_ge(flag, expected, what, me, peer, timeout_ms, sleep_ns) returns the
- * value it saw once a load of `*flag` with acquire semantics at system scope (ld.acquire.sys) has
- * observed `*flag >= expected`. Loads and stores the calling thread issues afterwards are ordered
- * after that observation, so what the peer published before raising the flag (a release store, or a
+ * value it saw once it has observed `*flag >= expected` (a 32- or 64-bit integer in global memory:
+ * this PE's own, written by peers, or by another process's stream). Each calling thread waits on its
+ * own; there is no barrier. Loads and stores the thread issues afterwards are ordered after that
+ * observation (acquire), so what the peer published before raising the flag (a release store, or a
  * store after __threadfence_system(), as nvshmemx_signal_op and put-with-signal do) is visible to
- * them: it is nvshmem_signal_wait_until(flag, NVSHMEM_CMP_GE, expected) followed by an acquire,
- * with a bound. `flag` may be any global address (local memory of this PE, written by peers or by
- * another process's stream); `T` is a 32- or 64-bit integer type. Each calling thread waits on its
- * own; the function has no barrier.
+ * them. It is nvshmem_signal_wait_until(flag, NVSHMEM_CMP_GE, expected) plus the acquire, bounded.
+ * The template argument picks how the acquire is made:
+ *   TRITON_RAW_ACQUIRE_LOAD_SYS (default): every load of the flag is ld.acquire.sys;
+ *   TRITON_RAW_ACQUIRE_FENCE_GPU: volatile loads, as nvshmem_signal_wait_until's, then
+ *     __threadfence() once the value is seen (NVSHMEM's own pattern; in kernels with many waits it
+ *     left ptxas more registers than acquire loads did).
  *
  * The bound: a wait that has not seen the value after `timeout_ms` milliseconds of %globaltimer
  * prints one line, from the first thread of the kernel whose wait expires,
@@ -20,8 +23,8 @@
  *
  * Cost: one load and one branch when the flag is already up. While waiting, %globaltimer is read
  * once every TRITON_RAW_WAIT_SPINS_PER_CLOCK spins; `sleep_ns` > 0 adds __nanosleep(sleep_ns) per
- * spin (fewer loads competing with the work that raises the flag). The report and the trap sit in a
- * block that only the expired wait enters.
+ * spin (fewer loads competing with the work that raises the flag). The report is an out-of-line call
+ * on the path that ends in the trap.
  */
 #ifndef TRITON_RAW_BOUNDED_WAIT_H
 #define TRITON_RAW_BOUNDED_WAIT_H
@@ -32,10 +35,14 @@
    its threads wait on the same dead peer. */
 static __device__ unsigned int triton_raw_wait_reported;
 
-template <typename T>
-static __device__ __forceinline__ T triton_raw_load_acquire_sys(const T *flag) {
+enum { TRITON_RAW_ACQUIRE_LOAD_SYS, TRITON_RAW_ACQUIRE_FENCE_GPU };
+
+template <int Acquire, typename T>
+static __device__ __forceinline__ T triton_raw_load_flag(const T *flag) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "triton_raw_wait_ge waits on 32- or 64-bit integers");
-  if constexpr (sizeof(T) == 8) {
+  if constexpr (Acquire == TRITON_RAW_ACQUIRE_FENCE_GPU) {
+    return *(const volatile T *)flag;
+  } else if constexpr (sizeof(T) == 8) {
     unsigned long long seen;
     asm volatile("ld.acquire.sys.b64 %0, [%1];" : "=l"(seen) : "l"(flag) : "memory");
     return (T)seen;
@@ -52,8 +59,9 @@ static __device__ __forceinline__ unsigned long long triton_raw_globaltimer_ns(v
   return now;
 }
 
-/* The expired wait's report and trap: out of line, so that the waiting kernel keeps no stack frame
-   for printf's arguments and carries only a call on the path that ends in the trap. */
+/* The report and the trap of an expired wait, out of line: the waiting kernel keeps no stack frame
+   for printf's arguments, and the call site ends with `exit` so that ptxas keeps nothing live across
+   the call (a `trap` there would hold every live register). */
 template <typename T>
 static __device__ __noinline__ void triton_raw_wait_expired(const T *flag, T expected, T seen, const char *what,
                                                             int me, int peer, unsigned long long waited_ns) {
@@ -65,25 +73,31 @@ static __device__ __noinline__ void triton_raw_wait_expired(const T *flag, T exp
            is_signed ? (long long)seen : (long long)(unsigned long long)seen,
            is_signed ? (long long)expected : (long long)(unsigned long long)expected, blockIdx.x, threadIdx.x);
   }
-  __trap();
+  asm volatile("trap;");
 }
 
-template <typename T>
+template <int Acquire = TRITON_RAW_ACQUIRE_LOAD_SYS, typename T>
 static __device__ __forceinline__ T triton_raw_wait_ge(const T *flag, T expected, const char *what, int me, int peer,
                                                        int timeout_ms, unsigned int sleep_ns = 0) {
-  T seen = triton_raw_load_acquire_sys(flag);
-  if (seen >= expected) return seen;
-  const unsigned long long start = triton_raw_globaltimer_ns();
-  const unsigned long long limit = (unsigned long long)timeout_ms * 1000000ull;
-  for (unsigned int spins = 1;; ++spins) {
-    if (sleep_ns) __nanosleep(sleep_ns);
-    seen = triton_raw_load_acquire_sys(flag);
-    if (seen >= expected) return seen;
-    if (spins % TRITON_RAW_WAIT_SPINS_PER_CLOCK == 0) {
-      const unsigned long long waited = triton_raw_globaltimer_ns() - start;
-      if (waited > limit) triton_raw_wait_expired(flag, expected, seen, what, me, peer, waited);
+  T seen = triton_raw_load_flag<Acquire>(flag);
+  if (seen < expected) {
+    const unsigned long long start = triton_raw_globaltimer_ns();
+    const unsigned long long limit = (unsigned long long)timeout_ms * 1000000ull;
+    for (unsigned int spins = 1;; ++spins) {
+      if (sleep_ns) __nanosleep(sleep_ns);
+      seen = triton_raw_load_flag<Acquire>(flag);
+      if (seen >= expected) break;
+      if (spins % TRITON_RAW_WAIT_SPINS_PER_CLOCK == 0) {
+        const unsigned long long waited = triton_raw_globaltimer_ns() - start;
+        if (waited > limit) {
+          triton_raw_wait_expired(flag, expected, seen, what, me, peer, waited);
+          asm volatile("exit;");
+        }
+      }
     }
   }
+  if constexpr (Acquire == TRITON_RAW_ACQUIRE_FENCE_GPU) __threadfence();
+  return seen;
 }
 
 #endif /* TRITON_RAW_BOUNDED_WAIT_H */
