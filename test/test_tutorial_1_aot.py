@@ -3,7 +3,8 @@
 Also checks, in the PTX, what the tutorial's performance and correctness arguments rely on: 16-byte
 vector loads and stores, NVSHMEM linked only into the communicating kernels (exactly the functions of
 the push-all-then-wait protocol), volatile loads of the landing rows, the GPU-scope fence after the
-signal wait, and no system-scope fence inside a loop (one per batch of puts, not one per row).
+signal wait and the wait's bound (bounded_wait.h), and no system-scope fence inside a loop (one per
+batch of puts, not one per row).
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ pytest.importorskip("triton_raw_ext")
 
 from arn_plan import Algorithm, Push  # noqa: E402
 from conftest import (  # noqa: E402
+    assert_bounded_wait,
     assert_no_spills,
     entry_cfg,
+    entry_lines,
+    entry_param,
     has_per_sm_nvshmem,
     in_cycle,
     load_tutorial_aot,
@@ -58,10 +62,11 @@ def test_local_kernel_is_vectorised_and_free_of_nvshmem():
     assert ".local" not in ptx  # no spills
 
 
-# allreduce-device.cu's functions each push variant calls; no put-with-signal per row
+# allreduce-device.cu's functions each push variant calls; no put-with-signal per row, and the waits are
+# bounded_wait.h's spins, not NVSHMEM's
 PROTOCOL_NVSHMEM = {
-    Push.PUTS: {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op", "nvshmem_signal_wait_until"},
-    Push.STORES: {"nvshmem_ptr", "nvshmemx_signal_op", "nvshmem_signal_wait_until"},
+    Push.PUTS: {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op"},
+    Push.STORES: {"nvshmem_ptr", "nvshmemx_signal_op"},
 }
 _SYS_FENCE = re.compile(r"\b(?:membar\.sys|fence\.(?:sc|acq_rel)\.sys)\b")
 
@@ -76,10 +81,10 @@ def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world, push):
     assert not [f for f in re.findall(r"\.extern \.func[^;]*", ptx) if "nvshmem" in f]  # all linked
     assert "nvshmemi_device_state_d" in ptx
     assert re.search(r"ld\.volatile\.global[\w.]*\.v4", ptx)  # landing rows: volatile, 16-byte
-    assert "membar.gl" in ptx  # wait_ge's acquire fence
-    body = ptx[ptx.index(".entry") :]
-    spin = body.index("ld.volatile.b64")  # the signal spin loop (nvshmem_signal_wait_until)
-    assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)
+    body = "\n".join(entry_lines(ptx))
+    spin = body.index("ld.volatile.b64")  # wait_ge's first look at a signal word
+    assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)  # its acquire fence
+    assert_bounded_wait(ptx, entry_param(ptx, list(src.signature).index("wait_ms")))
 
 
 @pytest.mark.parametrize("push", list(Push))

@@ -64,6 +64,9 @@ from kernels.raw_kernels import put_signal_block, wait_signal  # noqa: E402  tes
 
 HANG_EXIT_CODE = 3
 PATTERN_PES = tl.constexpr(8)  # rows encode the sending PE in 3 bits: worlds up to 8
+# The bound of wait_ge in the t1 variant: far above --stall-s, so that the monitor reports a stall first;
+# it only keeps a lost peer from holding the GPU for ever.
+T1_WAIT_MS = tl.constexpr(600_000)
 
 
 @triton.jit
@@ -89,7 +92,7 @@ def pingpong_t1_kernel(send, recv, sig, prog, err, it, me, right, left, BLOCK: t
     complete_puts()
     signal_set(sig + p, it.to(tl.int64), right)
     tl.store(prog + n + p, it)  # put returned
-    wait_ge(sig + p, it.to(tl.int64))
+    wait_ge(sig + p, it.to(tl.int64), me, left, T1_WAIT_MS)
     tl.store(prog + 2 * n + p, it)  # wait returned
     got = tl.load(slot + offs, volatile=True)
     bad = tl.sum((got != _expected(it, left, p, n, offs, BLOCK)).to(tl.int32), axis=0)
