@@ -243,7 +243,7 @@ def t3_warm_jobs(world: int, case_names: list[str]) -> list[tuple[str, object, l
         sys.path.insert(0, str(T3_DIR))
     from megamoe import _SIGNATURE_DTYPES, CASES
     from moe_config import MoEConfig, choose_tiles
-    from moe_launch import launches
+    from moe_launch import barrier_launch, launches
 
     jobs, seen = [], set()
     for name in case_names:
@@ -252,7 +252,7 @@ def t3_warm_jobs(world: int, case_names: list[str]) -> list[tuple[str, object, l
                 continue  # megamoe.py skips these cases too
             cfg = MoEConfig(h, i, e, k, t_max, world, "bf16")
             tiles = choose_tiles(t_max * world * k / e, h, i)
-            for launch in launches(cfg, tiles, t_max):
+            for launch in [*launches(cfg, tiles, t_max), *([barrier_launch(cfg)] if world > 1 else [])]:
                 args = [_SIGNATURE_DTYPES.get(sig, 2) for _, _, sig in launch.params]
                 kwargs = dict(launch.constexprs, grid=launch.grid, num_warps=launch.num_warps,
                               num_stages=launch.num_stages)  # fmt: skip
