@@ -14,11 +14,11 @@
  *     left ptxas more registers than acquire loads did).
  *
  * The bound: a wait that has not seen the value after `timeout_ms` milliseconds of %globaltimer
- * prints one line, from the first thread of the kernel whose wait expires,
+ * prints one line, from the first thread of the loaded kernel whose wait expires,
  *   triton_raw_ext: PE <me> waited <ms> ms for PE <peer>: <what> at <address> is <seen>, expected >= <expected> ...
- * and traps (__trap()): the launch fails and the host's next synchronisation raises a CUDA error,
- * instead of the kernel spinning forever on a peer that died and holding the GPU (and every process
- * sharing it). Kernels take `timeout_ms` as an argument from the host:
+ * and every expired thread traps (PTX `trap`): the launch fails and the host's next synchronisation
+ * raises a CUDA error, instead of the kernel spinning forever on a peer that died and holding the GPU
+ * (and every process sharing it). Kernels take `timeout_ms` as an argument from the host:
  * triton_raw_ext.knobs.wait_timeout_ms() reads TRITON_RAW_WAIT_TIMEOUT_S (seconds, default 20).
  *
  * Cost: one load and one branch when the flag is already up. While waiting, %globaltimer is read
