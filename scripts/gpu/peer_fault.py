@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "peer_fault.json"
-    import machine  # scripts/gpu/machine.py, beside this script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine.py (PYTHONSAFEPATH leaves it out)
+    import machine
 
     doc: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
