@@ -15,6 +15,9 @@ os.environ.setdefault("TRITON_CACHE_DIR", str(_RUN_CACHES / "triton"))
 os.environ.setdefault("TRITON_RAW_CACHE_DIR", str(_RUN_CACHES / "raw"))
 # Triton 3.9 warns that its FP-fusion default will change; the tests keep the default of 3.6-3.8.
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+# Child processes of tests run a script or `-c` code from a test folder and import what lies beside it;
+# the GPU setup's PYTHONSAFEPATH (which keeps the checkout from shadowing the install) would hide it.
+os.environ.pop("PYTHONSAFEPATH", None)
 
 KERNELS = Path(__file__).parent / "kernels"
 ELF_MAGIC = b"\x7fELF"

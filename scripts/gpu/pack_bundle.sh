@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pack a Triton wheel or an NVSHMEM installation into a bundle for scripts/gpu/other_stack.sh, small
-# enough to carry to the GPU machine (64 MiB per call): Triton without the AMD backend, CUPTI, the
+# enough to carry to the GPU machine (64 MiB per call): Triton without the AMD backend's libraries and
+# headers (its Python, which Triton imports, stays), CUPTI, the
 # Blackwell ptxas and the disassemblers, its libtriton.so stripped of debug info (488 -> 192 MB,
 # 43 MB with zstd); NVSHMEM with its headers, host library, UID bootstrap, IBRC transport and the
 # sm_90 device bitcode.
@@ -15,7 +16,7 @@ case $kind in
     (cd "$work" && unzip -q "$source")
     strip --strip-unneeded "$work/triton/_C/libtriton.so"
     zstd -q -19 -T0 -f "$work/triton/_C/libtriton.so" -o "$dest/libtriton.so.zst"
-    (cd "$work" && tar -cJf "$dest/triton-rest.tar.xz" --exclude=triton/backends/amd --exclude=cupti \
+    (cd "$work" && tar -cJf "$dest/triton-rest.tar.xz" --exclude=triton/backends/amd/lib --exclude=triton/backends/amd/include --exclude=cupti \
       --exclude=cupti-blackwell --exclude=ptxas-blackwell --exclude=triton/_C/libtriton.so \
       --exclude=libproton.so --exclude=cuobjdump --exclude=nvdisasm triton triton-*.dist-info)
     cp "$(command -v zstd)" "$dest/zstd"  # the GPU machine may lack one
