@@ -109,6 +109,139 @@ def assert_no_spills(ptx: str, tmp_path: Path) -> None:
     assert spills and all(int(n) == 0 for n in spills), report
 
 
+# Block labels: LLVM's ($L__BB0_3) and those of inline PTX (waitL_0 in NVSHMEM's per-SM waits).
+_LABEL = re.compile(r"^\s*([$\w]+):")
+_BRANCH = re.compile(r"^\s*(@!?%?\w+\s+)?bra(?:\.uni)?\s+([$\w]+);")
+_REGISTER = re.compile(r"%[a-zA-Z]+\d+")
+_INSTRUCTION = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.]*)\s+([^;]*);")
+_BYTES = re.compile(r"\.b8\s+[$\w]+\[\d+\]\s*=\s*\{([\d,\s]+)\}")
+REPORT_FUNCTION = "triton_raw_wait_expired"  # <triton_raw/bounded_wait.h>'s report of an expired wait
+
+
+def entry_lines(ptx: str) -> list[str]:
+    """The lines of the .entry function, up to the brace that closes it (inner scopes nest; the
+    functions after it, NVSHMEM's out-of-line transport code say, are left out)."""
+    lines, depth = ptx[ptx.index(".entry") :].splitlines(), 0
+    for i, line in enumerate(lines):
+        depth += (line.strip() == "{") - (line.strip() == "}")
+        if depth == 0 and line.strip() == "}":
+            return lines[:i]
+    raise AssertionError("the .entry function's braces do not balance")
+
+
+def entry_cfg(ptx: str) -> tuple[list[list[str]], list[set[int]]]:
+    """Basic blocks (lines) of the kernel's .entry function and each block's successors. A label starts
+    a block, a branch ends one; ``ret``, ``exit`` and ``trap`` end a block with no successor."""
+    blocks: list[list[str]] = [[]]
+    labels = {}
+    for line in entry_lines(ptx):
+        if m := _LABEL.match(line):
+            labels[m.group(1)] = len(blocks)
+            blocks.append([])
+        else:
+            blocks[-1].append(line)
+            if re.search(r"\bbrx?\.|\bbra\b", line) or re.match(r"\s*(ret|exit|trap);", line):
+                blocks.append([])
+    succ = []
+    for i, block in enumerate(blocks):
+        out, falls_through = set(), True
+        for line in block:
+            if re.search(r"\bbrx?\.|\bbra\b", line):
+                branch = _BRANCH.match(line)
+                assert branch, f"branch form this CFG does not know: {line!r}"
+                out.add(labels[branch.group(2)])
+                falls_through = falls_through and bool(branch.group(1))
+            elif re.match(r"\s*(ret|exit|trap);", line):
+                falls_through = False
+        if falls_through and i + 1 < len(blocks):
+            out.add(i + 1)
+        succ.append(out)
+    return blocks, succ
+
+
+def in_cycle(block: int, succ: list[set[int]]) -> bool:
+    """Whether control can come back to ``block`` after leaving it."""
+    seen, todo = set(), list(succ[block])
+    while todo:
+        b = todo.pop()
+        if b == block:
+            return True
+        if b not in seen:
+            seen.add(b)
+            todo.extend(succ[b])
+    return False
+
+
+def entry_param(ptx: str, index: int) -> str:
+    """The PTX name of the kernel's ``index``-th parameter (Triton's non-constexpr arguments, in order)."""
+    header = ptx[ptx.index(".entry") : ptx.index(")", ptx.index(".entry"))]
+    return re.findall(r"\.param\s[^,]*?\s([$\w]+)\s*(?:,|$)", header)[index]
+
+
+def _derivations(lines: list[str]) -> dict[str, set[str]]:
+    """Register -> the kernel parameters (PTX names) and special registers (``%globaltimer``) its value
+    is computed from, over every path (a fixpoint over the instructions, loops included)."""
+    roots: dict[str, set[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for line in lines:
+            m = _INSTRUCTION.match(line)
+            if not m or m.group(1).split(".")[0] in ("st", "bra", "call", "ret", "trap", "red", "atom"):
+                continue
+            first, _, rest = m.group(2).partition(",")
+            found = {r for reg in _REGISTER.findall(rest) for r in roots.get(reg, {reg})}
+            found |= set(re.findall(r"\[([$\w]+_param_\d+)\]", rest)) | set(re.findall(r"%globaltimer", rest))
+            for dst in _REGISTER.findall(first):
+                if not found <= roots.setdefault(dst, set()):
+                    roots[dst] |= found
+                    changed = True
+    return roots
+
+
+def assert_bounded_wait(ptx: str, timeout: str | int) -> None:
+    """The kernel waits through ``<triton_raw/bounded_wait.h>``: its .entry function compares a
+    %globaltimer difference with the bound derived from ``timeout`` (the PTX name of the kernel's
+    timeout parameter, or a constant number of milliseconds); a path leads from the entry to ``ret``
+    without reading the clock, calling or trapping (the flags already up); the expired-wait report is
+    called only on paths that end right after the call; the report prints one line with vprintf,
+    naming the setting, and traps."""
+    lines = entry_lines(ptx)
+    roots = _derivations(lines)
+    bound = {f"{timeout}"} if isinstance(timeout, str) else {str(timeout * 1_000_000), str(timeout * 1_000_000 + 1)}
+    compared = []
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if m and m.group(1).startswith("setp."):
+            operands = [o.strip() for o in m.group(2).split(",")[1:]]
+            sources = [roots.get(o, set()) | {o} for o in operands]
+            if any("%globaltimer" in s for s in sources) and any(s & bound for s in sources):
+                compared.append(line.strip())
+    assert compared, f"no comparison of a %globaltimer difference with the bound from {timeout}"
+    blocks, succ = entry_cfg(ptx)
+    slow = [i for i, b in enumerate(blocks) if any(re.search(r"%globaltimer|\bcall|\btrap;", ln) for ln in b)]
+    reach, todo = set(), [0]
+    while todo:
+        b = todo.pop()
+        if b not in reach and b not in slow:
+            reach.add(b)
+            todo.extend(succ[b])
+    assert any(re.match(r"\s*ret;", ln) for b in reach for ln in blocks[b]), "every path reads the clock or calls"
+    reports = [i for i, b in enumerate(blocks) if any(REPORT_FUNCTION in ln and "call" in ln for ln in b)]
+    assert reports, "the kernel never calls the expired-wait report"
+    for i in reports:  # the call ends the thread: nothing after it, so ptxas keeps nothing live across it
+        assert re.match(r"\s*(exit|trap);", [ln for ln in blocks[i] if ln.strip()][-1]) and not succ[i], blocks[i]
+    definition = re.search(rf"^\.func [^(]*{REPORT_FUNCTION}\w*\((?:.|\n)*?^}}", ptx, re.MULTILINE)
+    assert definition, "the expired-wait report is not defined in the module"
+    body = definition.group(0)
+    assert re.search(r"call\.uni\s*\(retval0\),\s*vprintf", body) and re.search(r"^\s*trap;", body, re.MULTILINE)
+    strings = [bytes(int(v) for v in m.group(1).split(",")).decode(errors="replace") for m in _BYTES.finditer(ptx)]
+    report = [s for s in strings if "waited" in s]
+    assert len(report) == 1 and report[0].count("\n") == 1, report
+    for part in ("PE %d waited", "for PE %d", "expected >= %lld", "TRITON_RAW_WAIT_TIMEOUT_S"):
+        assert part in report[0], (part, report[0])
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_RUN_CACHES, ignore_errors=True)
 

@@ -3,7 +3,8 @@
 Also checks, in the PTX, what the tutorial's performance and correctness arguments rely on: 16-byte
 vector loads and stores, NVSHMEM linked only into the communicating kernels (exactly the functions of
 the push-all-then-wait protocol), volatile loads of the landing rows, the GPU-scope fence after the
-signal wait, and no system-scope fence inside a loop (one per batch of puts, not one per row).
+signal wait and the wait's bound (bounded_wait.h), and no system-scope fence inside a loop (one per
+batch of puts, not one per row).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")
 
 from arn_plan import Algorithm, Push  # noqa: E402
-from conftest import assert_no_spills, has_per_sm_nvshmem, load_tutorial_aot  # noqa: E402
+from conftest import (  # noqa: E402
+    assert_bounded_wait,
+    assert_no_spills,
+    entry_cfg,
+    entry_lines,
+    entry_param,
+    has_per_sm_nvshmem,
+    in_cycle,
+    load_tutorial_aot,
+)
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from triton_raw_ext.knobs import nvshmem_transports  # noqa: E402
@@ -54,65 +64,13 @@ def test_local_kernel_is_vectorised_and_free_of_nvshmem():
     assert ".local" not in ptx  # no spills
 
 
-# allreduce-device.cu's functions each push variant calls; no put-with-signal per row
+# allreduce-device.cu's functions each push variant calls; no put-with-signal per row, and the waits are
+# bounded_wait.h's spins, not NVSHMEM's
 PROTOCOL_NVSHMEM = {
-    Push.PUTS: {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op", "nvshmem_signal_wait_until"},
-    Push.STORES: {"nvshmem_ptr", "nvshmemx_signal_op", "nvshmem_signal_wait_until"},
+    Push.PUTS: {"nvshmemx_putmem_nbi_block", "nvshmem_quiet", "nvshmemx_signal_op"},
+    Push.STORES: {"nvshmem_ptr", "nvshmemx_signal_op"},
 }
-# Block labels: LLVM's ($L__BB0_3) and those of inline PTX (waitL_0 in NVSHMEM's per-SM waits).
-_LABEL = re.compile(r"^\s*([$\w]+):")
-_BRANCH = re.compile(r"^\s*(@!?%?\w+\s+)?bra(?:\.uni)?\s+([$\w]+);")
 _SYS_FENCE = re.compile(r"\b(?:membar\.sys|fence\.(?:sc|acq_rel)\.sys)\b")
-
-
-def _entry_lines(ptx: str) -> list[str]:
-    """The lines of the .entry function, up to the brace that closes it (inner scopes nest; the
-    functions after it, NVSHMEM's out-of-line transport code say, are left out)."""
-    lines, depth = ptx[ptx.index(".entry") :].splitlines(), 0
-    for i, line in enumerate(lines):
-        depth += (line.strip() == "{") - (line.strip() == "}")
-        if depth == 0 and line.strip() == "}":
-            return lines[:i]
-    raise AssertionError("the .entry function's braces do not balance")
-
-
-def _entry_cfg(ptx: str) -> tuple[list[list[str]], list[set[int]]]:
-    """Basic blocks (lines) of the kernel's .entry function and each block's successors."""
-    blocks: list[list[str]] = [[]]
-    labels = {}
-    for line in _entry_lines(ptx):
-        if m := _LABEL.match(line):
-            labels[m.group(1)] = len(blocks)
-            blocks.append([])
-        else:
-            blocks[-1].append(line)
-    succ = []
-    for i, block in enumerate(blocks):
-        out, falls_through = set(), True
-        for line in block:
-            if re.search(r"\bbrx?\.|\bbra\b", line):
-                branch = _BRANCH.match(line)
-                assert branch, f"branch form this CFG does not know: {line!r}"
-                out.add(labels[branch.group(2)])
-                falls_through = falls_through and bool(branch.group(1))
-            elif re.match(r"\s*(ret|exit);", line):
-                falls_through = False
-        if falls_through and i + 1 < len(blocks):
-            out.add(i + 1)
-        succ.append(out)
-    return blocks, succ
-
-
-def _in_cycle(block: int, succ: list[set[int]]) -> bool:
-    seen, todo = set(), list(succ[block])
-    while todo:
-        b = todo.pop()
-        if b == block:
-            return True
-        if b not in seen:
-            seen.add(b)
-            todo.extend(succ[b])
-    return False
 
 
 @pytest.mark.parametrize("push", list(Push))
@@ -125,10 +83,10 @@ def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world, push):
     assert not [f for f in re.findall(r"\.extern \.func[^;]*", ptx) if "nvshmem" in f]  # all linked
     assert "nvshmemi_device_state_d" in ptx
     assert re.search(r"ld\.volatile\.global[\w.]*\.v4", ptx)  # landing rows: volatile, 16-byte
-    assert "membar.gl" in ptx  # wait_ge's acquire fence
-    body = ptx[ptx.index(".entry") :]
-    spin = body.index("ld.volatile.b64")  # the signal spin loop (nvshmem_signal_wait_until)
-    assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)
+    body = "\n".join(entry_lines(ptx))
+    spin = body.index("ld.volatile.b64")  # wait_ge's first look at a signal word
+    assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)  # its acquire fence
+    assert_bounded_wait(ptx, entry_param(ptx, list(src.signature).index("wait_ms")))
 
 
 @pytest.mark.parametrize("push", list(Push))
@@ -138,10 +96,10 @@ def test_system_fences_are_outside_every_loop(algo, world, push):
     kernel's control flow graph passes through a system-scope fence (a per-row put-with-signal puts
     one in the row loop)."""
     src, warps = aot.variant(algo, world, 2048, "bf16", push)
-    blocks, succ = _entry_cfg(_compile(src, warps).asm["ptx"])
+    blocks, succ = entry_cfg(_compile(src, warps).asm["ptx"])
     fenced = [i for i, block in enumerate(blocks) if any(_SYS_FENCE.search(line) for line in block)]
     assert fenced, "no system-scope fence: complete_puts / publish_stores is missing"
-    assert not [i for i in fenced if _in_cycle(i, succ)]
+    assert not [i for i in fenced if in_cycle(i, succ)]
 
 
 @pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.TWOSHOT, 4)])

@@ -112,7 +112,7 @@ for rank, world, m, n, k, grid, num_sms in {WALK_CASES!r}:
     ready = torch.zeros(world, dtype=torch.int32)
     descs = [TensorDescriptor.from_tensor(t, shape) for t, shape in ((a, [bm, bk]), (gathered, [bm, bk]),
                                                                       (b, [bk, bn]), (c, [bm, bn]))]
-    ag_kernels.ag_gemm_kernel[(grid,)](*descs, ready, 1, rank, world, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+    ag_kernels.ag_gemm_kernel[(grid,)](*descs, ready, 1, rank, world, m, n, k, 1000, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                        GROUP_M=2, NUM_SMS=num_sms, WAIT=False, FLATTEN=False, EPILOGUE_SUBTILE=False)
     full = gathered.clone()
     full[rank * m:(rank + 1) * m] = a

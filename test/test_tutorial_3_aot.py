@@ -13,7 +13,8 @@ from triton.backends.compiler import GPUTarget
 TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
 sys.path.insert(0, str(TUTORIAL))
 
-from conftest import assert_no_spills, load_tutorial_aot  # noqa: E402
+from conftest import assert_bounded_wait, assert_no_spills, entry_param, load_tutorial_aot  # noqa: E402
+from moe_launch import barrier_launch  # noqa: E402
 
 aot = load_tutorial_aot("03-megamoe")
 
@@ -50,6 +51,11 @@ def test_kernel_compiles_for_sm90(name, src):
         assert "div.rn.f32" in ptx, "the scale division must be IEEE (as torch in moe_quant)"
     if name in ("moe_dispatch", "moe_combine", "moe_dispatch_fp8"):
         assert "nvshmemi_device_state_d" in ptx, "NVSHMEM's device library must be linked"
+    if name == "moe_barrier":  # a bounded wait for each peer's word, after this PE's signals
+        assert set(compiled.metadata.raw_nvshmem) == {"nvshmemx_signal_op"}
+        assert "fence.sc.sys" in ptx or "membar.sys" in ptx, "earlier stores must be published before the signal"
+        params = [p for p, _, _ in barrier_launch(aot.REPRESENTATIVE).params]
+        assert_bounded_wait(ptx, entry_param(ptx, params.index("wait_ms")))
 
 
 def test_every_kernel_listed():
@@ -67,6 +73,7 @@ def test_every_kernel_listed():
         "moe_dispatch_fp8",
         "moe_l1_swiglu_fp8",
         "moe_l2_fp8",
+        "moe_barrier",
     ]
 
 

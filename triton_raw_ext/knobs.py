@@ -3,7 +3,9 @@
 ``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``;
 ``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc and llvm-link run;
 ``knobs.nvshmem_transports`` (``TRITON_RAW_NVSHMEM_TRANSPORTS``) says which NVSHMEM device transports
-kernels are compiled for (:func:`nvshmem_transports`).
+kernels are compiled for (:func:`nvshmem_transports`);
+``knobs.wait_timeout_s`` (``TRITON_RAW_WAIT_TIMEOUT_S``) bounds the device-side waits on peers
+(``<triton_raw/bounded_wait.h>``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ class _Knobs:
     """Attribute access reads the override if set, else the environment variable."""
 
     _env = {"clang": "TRITON_RAW_CLANG", "llvm_link": "TRITON_RAW_LLVM_LINK", "cache_dir": "TRITON_RAW_CACHE_DIR",
-            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S", "nvshmem_transports": "TRITON_RAW_NVSHMEM_TRANSPORTS"}
+            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S", "nvshmem_transports": "TRITON_RAW_NVSHMEM_TRANSPORTS",
+            "wait_timeout_s": "TRITON_RAW_WAIT_TIMEOUT_S"}
 
     def __init__(self) -> None:
         self._overrides: dict[str, str | None] = {}
@@ -78,6 +81,29 @@ def nvshmem_transports() -> str:
         for name in ("NVSHMEM_IB_ENABLE_IBGDA", "NVSHMEM_GPUNETIO_ENABLE_GDAKI")
     ) or os.environ.get("NVSHMEM_REMOTE_TRANSPORT", "").strip().lower() in ("gpunetio", "ibgda")
     return "all" if device_initiated else "proxy"
+
+
+DEFAULT_WAIT_TIMEOUT_S = 20.0
+MAX_WAIT_TIMEOUT_MS = 2**31 - 1  # the kernels take the bound as an int32
+
+
+def wait_timeout_ms() -> int:
+    """The bound of a device-side wait on a peer (``<triton_raw/bounded_wait.h>``), in milliseconds:
+    ``knobs.wait_timeout_s`` (``TRITON_RAW_WAIT_TIMEOUT_S``, seconds), default 20 s. Kernels that wait
+    take it as an int32 argument; operators read it when they are built."""
+    # A kernel argument, not a .cu define: one compiled kernel serves every bound, so changing the bound
+    # neither recompiles nor can load a kernel cached for another bound.
+    value = knobs.wait_timeout_s
+    if value is None:
+        return round(DEFAULT_WAIT_TIMEOUT_S * 1000)
+    try:
+        ms = round(float(value) * 1000)
+    except (ValueError, OverflowError):
+        ms = 0
+    if not 1 <= ms <= MAX_WAIT_TIMEOUT_MS:
+        raise ValueError(f"TRITON_RAW_WAIT_TIMEOUT_S={value!r}: give a number of seconds from 0.001 to "
+                         f"{MAX_WAIT_TIMEOUT_MS // 1000}")
+    return ms
 
 
 def run_tool(tool: str, command: list[str], subject: str, error: type[Exception]) -> subprocess.CompletedProcess[str]:

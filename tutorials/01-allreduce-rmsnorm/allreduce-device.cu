@@ -18,13 +18,16 @@
 //  * signal_set: thread 0 sets the signal word `sig` on PE `pe` to `value`. Called after
 //    complete_puts (same thread), so a PE that observes `value` sees every row put to it before.
 //  * wait_ge: returns in every thread only after `*sig >= value` was observed, with acquire
-//    ordering, so loads the caller issues afterwards see the data that came with the signal.
+//    ordering, so loads the caller issues afterwards see the data that came with the signal. PE `me`
+//    waits for PE `peer`'s signal at most `timeout_ms`, then the kernel reports both and traps
+//    (<triton_raw/bounded_wait.h>): a peer that died must not leave this kernel spinning forever.
 //  * peer_offset: the byte distance from symmetric address `sym` to its copy on PE `pe`, for stores
 //    through that copy (the store path: PE `pe` reachable by load/store, over NVLink or PCIe P2P).
 //  * publish_stores: when it returns in thread 0, every store the block made before it (to peers'
 //    memory too) is visible system-wide; signal_set after it then publishes them like complete_puts.
 //  * block_sync: a barrier that makes the block's earlier global stores visible to the whole block
 //    (used before the block reads, as the source of a put, rows its threads just stored).
+#include <triton_raw/bounded_wait.h>
 #include <triton_raw/nvshmem_device.h>
 
 static __device__ __forceinline__ bool first_thread(void) {
@@ -46,12 +49,12 @@ extern "C" __device__ void signal_set(uint64_t *sig, long long value, int pe) {
   if (first_thread()) nvshmemx_signal_op(sig, (uint64_t)value, NVSHMEM_SIGNAL_SET, pe);
 }
 
-// Thread 0 spins until the local signal word reaches `value`; the barrier then releases the block.
-extern "C" __device__ void wait_ge(uint64_t *sig, long long value) {
-  if (first_thread()) {
-    nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)value);
-    __threadfence();  // acquire at GPU scope: later loads are ordered after the observed signal
-  }
+// Thread 0 spins until the local signal word reaches `value` (volatile loads, as
+// nvshmem_signal_wait_until, bounded), then __threadfence(): acquire at GPU scope, later loads are
+// ordered after the observed signal. The barrier then releases the block.
+extern "C" __device__ void wait_ge(uint64_t *sig, long long value, int me, int peer, int timeout_ms) {
+  if (first_thread())
+    triton_raw_wait_ge<TRITON_RAW_ACQUIRE_FENCE_GPU>(sig, (uint64_t)value, "allreduce signal", me, peer, timeout_ms);
   __syncthreads();
 }
 

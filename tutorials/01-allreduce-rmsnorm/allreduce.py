@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from triton_raw_ext.knobs import wait_timeout_ms
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from arn_kernels import kernel_source  # noqa: E402
@@ -128,6 +130,7 @@ class AllReduceRMSNorm:
         self.layout = WorkspaceLayout(world, hidden, max_tokens, elem, forced=self.forced)
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.tuning = tuning or Tuning()
+        self.wait_ms = wait_timeout_ms()  # the bound of the kernel's waits for peers' signals
         self._kernels: dict[tuple[int, int, int, bool], Any] = {}
         self._resident: dict[Algorithm, int] = {}
         self._sealed = False  # set once _preload has loaded every kernel a call at world > 1 may use
@@ -288,6 +291,7 @@ class AllReduceRMSNorm:
             lay.max_tokens,
             lay.oneshot_rows,
             lay.rs_rows,
+            self.wait_ms,
             self.world,
             int(algo),
             cfg.block_h,

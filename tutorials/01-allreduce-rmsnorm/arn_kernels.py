@@ -63,7 +63,7 @@ def signal_set(sig, value, pe): ...
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
-def wait_ge(sig, value): ...
+def wait_ge(sig, value, me, peer, timeout_ms): ...
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
@@ -150,8 +150,8 @@ def _row_batch(j0, n_mine, pid, grid, cnt_ptr, mask, R: tl.constexpr):
 @triton.jit
 def _oneshot(
     x_ptr, res_ptr, norm_ptr, res_out_ptr, land, sig, cnt_ptr, w, offs, mask,
-    T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, PUSH: tl.constexpr,
-    R: tl.constexpr,
+    T, H, eps, me, MAX_T, ROWS, row_bytes, wait_ms, WORLD: tl.constexpr, BLOCK_H: tl.constexpr,
+    PUSH: tl.constexpr, R: tl.constexpr,
 ):  # fmt: skip
     """Phase 1: push every row to every peer, complete, signal. Phase 2: wait, sum in rank order, finish.
     Phase 2, and phase 1 with stores, take R rows of the program at a time (arn_plan.Tuning.batch_rows);
@@ -190,7 +190,7 @@ def _oneshot(
                     if j0 + r < n_mine:
                         row = (pid + (j0 + r) * grid).to(tl.int64)
                         e_r = _epoch(cnt_ptr, row)
-                        wait_ge(_signal(sig, e_r, src, row, MAX_T, WORLD), e_r)
+                        wait_ge(_signal(sig, e_r, src, row, MAX_T, WORLD), e_r, me, src, wait_ms)
                 at = _slot(land, e, src, rows, ROWS, H, WORLD)[:, None] + offs[None, :]
                 v = tl.load(at, mask=m, other=0.0, volatile=True)
             acc += v.to(tl.float32)
@@ -202,7 +202,7 @@ def _oneshot(
 @triton.jit
 def _twoshot(
     x_ptr, res_ptr, norm_ptr, res_out_ptr, rs, ag, sig, cnt_ptr, w, offs, mask,
-    T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD: tl.constexpr, PUSH: tl.constexpr,
+    T, H, eps, me, MAX_T, RS_ROWS, row_bytes, wait_ms, WORLD: tl.constexpr, PUSH: tl.constexpr,
 ):  # fmt: skip
     """Phase 1: reduce-scatter pushes. Phase 2: reduce the owned rows into the all-gather slots, push
     them to every peer. Phase 3: per row, wait for the all-gather, finish."""
@@ -237,7 +237,7 @@ def _twoshot(
                 if src == me:
                     v = _load_row(x_ptr + row * H, offs, mask, False)
                 else:
-                    wait_ge(_signal(sig, e, src, row, MAX_T, WORLD), e)
+                    wait_ge(_signal(sig, e, src, row, MAX_T, WORLD), e, me, src, wait_ms)
                     v = _load_row(_slot(rs, e, src, row // WORLD, RS_ROWS, H, WORLD), offs, mask, True)
                 acc += v
             reduced = acc.to(ag.dtype.element_ty)
@@ -266,7 +266,7 @@ def _twoshot(
         row = step.to(tl.int64)
         e = _epoch(cnt_ptr, row)
         if row % WORLD != me:
-            wait_ge(_signal(sig, e, WORLD, row, MAX_T, WORLD), e)
+            wait_ge(_signal(sig, e, WORLD, row, MAX_T, WORLD), e, me, (row % WORLD).to(tl.int32), wait_ms)
         reduced = _load_row(_ag_row(ag, e, row, MAX_T, H), offs, mask, True)
         tl.store(cnt_ptr + row, e)
         _finish_row(reduced, row, res_ptr, norm_ptr, res_out_ptr, w, offs, mask, H, eps)
@@ -291,6 +291,7 @@ def fused_allreduce_rmsnorm_kernel(
     MAX_T,
     ROWS,
     RS_ROWS,
+    wait_ms,
     WORLD: tl.constexpr,
     ALGO: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -298,7 +299,8 @@ def fused_allreduce_rmsnorm_kernel(
     BATCH_ROWS: tl.constexpr,
 ):
     """See the module docstring. ALGO: 0 local, 1 one-shot, 2 two-shot (arn_plan.Algorithm); PUSH: 0
-    NVSHMEM puts, 1 stores through peer pointers (arn_plan.Push); BATCH_ROWS: one-shot's row batch."""
+    NVSHMEM puts, 1 stores through peer pointers (arn_plan.Push); BATCH_ROWS: one-shot's row batch;
+    wait_ms: the bound of each wait for a peer's signal (``triton_raw_ext.knobs.wait_timeout_ms()``)."""
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -313,12 +315,12 @@ def fused_allreduce_rmsnorm_kernel(
     elif ALGO == 1:
         _oneshot(
             x_ptr, res_ptr, norm_ptr, res_out_ptr, land_ptr, sig_ptr, cnt_ptr, w, offs, mask,
-            T, H, eps, me, MAX_T, ROWS, row_bytes, WORLD, BLOCK_H, PUSH, BATCH_ROWS,
+            T, H, eps, me, MAX_T, ROWS, row_bytes, wait_ms, WORLD, BLOCK_H, PUSH, BATCH_ROWS,
         )  # fmt: skip
     else:
         _twoshot(
             x_ptr, res_ptr, norm_ptr, res_out_ptr, rs_ptr, ag_ptr, sig_ptr, cnt_ptr, w, offs, mask,
-            T, H, eps, me, MAX_T, RS_ROWS, row_bytes, WORLD, PUSH,
+            T, H, eps, me, MAX_T, RS_ROWS, row_bytes, wait_ms, WORLD, PUSH,
         )  # fmt: skip
 
 
@@ -339,7 +341,7 @@ def kernel_source(
         "x_ptr": ptr, "res_ptr": ptr, "w_ptr": ptr, "norm_ptr": ptr, "res_out_ptr": ptr,
         "land_ptr": ptr, "rs_ptr": ptr, "ag_ptr": ptr, "sig_ptr": "*i64", "cnt_ptr": "*i64",
         "T": "i32", "H": "i32", "eps": "fp32", "me": "i32", "MAX_T": "i32", "ROWS": "i32", "RS_ROWS": "i32",
-        "WORLD": "constexpr", "ALGO": "constexpr", "BLOCK_H": "constexpr", "PUSH": "constexpr",
+        "wait_ms": "i32", "WORLD": "constexpr", "ALGO": "constexpr", "BLOCK_H": "constexpr", "PUSH": "constexpr",
         "BATCH_ROWS": "constexpr",
     }  # fmt: skip
     constexprs = {"WORLD": world, "ALGO": algo, "BLOCK_H": block_h, "PUSH": push, "BATCH_ROWS": batch_rows}

@@ -46,6 +46,8 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from triton_raw_ext.knobs import wait_timeout_ms
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ag_reference as reference  # noqa: E402
@@ -104,6 +106,7 @@ class AllGatherGEMM:
         self.rank, self.world = _distributed_world(group)
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.epoch = 0
+        self.wait_ms = wait_timeout_ms()  # the bound of the kernels' waits on peers' flags
         self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
@@ -173,9 +176,9 @@ class AllGatherGEMM:
         # The grid never exceeds NUM_SMS: the kernel's second loop relies on program_id < NUM_SMS.
         ag_gemm_kernel[(min(self.num_sms, tiles),)](
             local_desc, gathered_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank,
-            self.n, self.k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-            NUM_SMS=self.num_sms, WAIT=wait, FLATTEN=cfg.flatten, EPILOGUE_SUBTILE=cfg.epilogue_subtile,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            self.n, self.k, self.wait_ms, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            GROUP_M=cfg.group_m, NUM_SMS=self.num_sms, WAIT=wait, FLATTEN=cfg.flatten,
+            EPILOGUE_SUBTILE=cfg.epilogue_subtile, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
 
     def _output(self, out: torch.Tensor | None) -> torch.Tensor:
@@ -215,7 +218,7 @@ class AllGatherGEMM:
         buf = self._produce(a)
         gathered = self.workspace[buf]
         gathered[self._own_rows].copy_(a)
-        ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world)
+        ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world, self.wait_ms)
         self._finish_epoch()
         return gathered
 

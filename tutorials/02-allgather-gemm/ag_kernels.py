@@ -10,7 +10,8 @@ The walk has two loops. The first covers the local shard and reads it from ``loc
 caller's ``a``, ready in stream order: no wait, no copy into the workspace). The second continues
 the same strided walk over the peers' shards in ``gathered_desc`` (the workspace the producer fills);
 before a tile loads rows of source rank ``src`` it calls the raw CUDA function ``ag_wait_ready`` on
-``ready[src]`` (``WAIT=True``), which returns once the producer has raised that flag to ``epoch``.
+``ready[src]`` (``WAIT=True``), which returns once the producer has raised that flag to ``epoch``, or
+traps after ``wait_ms`` milliseconds (``triton_raw_ext.knobs.wait_timeout_ms()``) naming the ranks.
 The returned 0 is added to the A row offset, so every TMA load of the tile depends on the wait in
 the IR and Triton's pipeliner keeps it after the wait. ``WAIT=False`` is the same GEMM without the
 checks (the "GEMM alone" baseline, on an already gathered A).
@@ -29,7 +30,7 @@ from triton_raw_ext import dialect
 
 
 @dialect(name="cuda", file="ag_gemm-device.cu")
-def ag_wait_ready(flag, epoch): ...
+def ag_wait_ready(flag, epoch, rank, src, timeout_ms): ...
 
 
 @triton.jit
@@ -68,9 +69,9 @@ def _gemm_tile(a_desc, offs_am, b_desc, c_desc, offs_m, offs_n, k_tiles, BLOCK_M
         c_desc.store([offs_m, offs_n], acc.to(dtype))
 
 
-@triton.jit(do_not_specialize=["epoch", "rank"])
+@triton.jit(do_not_specialize=["epoch", "rank", "wait_ms"])
 def ag_gemm_kernel(
-    local_desc, gathered_desc, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K,
+    local_desc, gathered_desc, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K, wait_ms,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr, WAIT: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
 ):  # fmt: skip
@@ -93,13 +94,14 @@ def ag_gemm_kernel(
         offs_m = pid_m * BLOCK_M
         offs_am = offs_m
         if WAIT:
-            offs_am += raw.call(ag_wait_ready, [ready_ptr + src, epoch])
+            offs_am += raw.call(ag_wait_ready, [ready_ptr + src, epoch, rank, src, wait_ms])
         _gemm_tile(gathered_desc, offs_am, b_desc, c_desc, offs_m, pid_n * BLOCK_N, k_tiles, BLOCK_M, BLOCK_N,
                    BLOCK_K, EPILOGUE_SUBTILE)
 
 
-@triton.jit(do_not_specialize=["epoch", "rank"])
-def ag_wait_all_kernel(ready_ptr, epoch, rank, world):
+@triton.jit(do_not_specialize=["epoch", "rank", "wait_ms"])
+def ag_wait_all_kernel(ready_ptr, epoch, rank, world, wait_ms):
     """One program: returns once every peer's ``ready`` flag has reached ``epoch`` (``all_gather()``)."""
     for step in range(1, world):
-        raw.call(ag_wait_ready, [ready_ptr + (rank + step) % world, epoch])
+        src = (rank + step) % world
+        raw.call(ag_wait_ready, [ready_ptr + src, epoch, rank, src, wait_ms])

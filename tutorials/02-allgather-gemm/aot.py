@@ -35,7 +35,7 @@ def gemm_source(dtype: str = "bfloat16", config: GemmConfig = DEFAULT_CONFIG, wa
         "b_desc": f"tensordesc<{t}[{config.block_k},{config.block_n}]>",
         "c_desc": f"tensordesc<{t}[{config.block_m},{c_block_n}]>",
         "ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32", "m_per_rank": "i32",
-        "N": "i32", "K": "i32",
+        "N": "i32", "K": "i32", "wait_ms": "i32",
     }  # fmt: skip
     constexprs = {
         "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
@@ -59,7 +59,7 @@ def kernels() -> list[tuple[str, ASTSource]]:
             out.append((f"ag_gemm_{dtype}_{'wait' if wait else 'nowait'}", gemm_source(dtype, wait=wait)))
     for i, config in enumerate(CANDIDATE_CONFIGS[1:], start=1):
         out.append((f"ag_gemm_bfloat16_wait_cfg{i}", gemm_source("bfloat16", config)))
-    wait_all = {"ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32"}
+    wait_all = {"ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32", "wait_ms": "i32"}
     out.append(("ag_wait_all", ASTSource(ag_wait_all_kernel, signature=wait_all)))
     return out
 

@@ -4,7 +4,8 @@
 machines without a GPU. The representative layer is the production load at world 2 (so the
 multi-rank code paths are the ones compiled): H=4096, I=1536, E=32 (16 local), top-k 8, 512
 tokens per rank, with the tiles the layer picks for it, in bf16 (with L1 and L2 also as one
-persistent launch, ``moe_gemms``) and then fp8 (the kernels both precisions share are listed once).
+persistent launch, ``moe_gemms``) and then fp8 (the kernels both precisions share are listed once),
+then the barrier between the phases of a call (``moe_barrier``, world > 1).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if str(HERE) not in sys.path:
 import dataclasses  # noqa: E402
 
 from moe_config import MoEConfig, choose_tiles, choose_tiles_fp8  # noqa: E402
-from moe_launch import KernelLaunch, launches  # noqa: E402
+from moe_launch import KernelLaunch, barrier_launch, launches  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 REPRESENTATIVE = MoEConfig(hidden=4096, intermediate=1536, num_experts=32, top_k=8, max_tokens=512, world=2)
@@ -28,7 +29,8 @@ PERSISTENT_PROGRAMS = 132  # the H200's SMs; moe_gemms' code does not depend on 
 
 
 def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[KernelLaunch]:
-    """The launches of one call of each config with the tiles the layer picks, each kernel name once."""
+    """The launches of one call of each config with the tiles the layer picks, each kernel name once, and the
+    barrier the layer runs between them at world > 1."""
     by_name: dict[str, KernelLaunch] = {}
     for cfg in configs:
         rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
@@ -42,7 +44,8 @@ def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[Kerne
         for variant in variants:
             for launch in launches(cfg, variant, cfg.max_tokens):
                 by_name.setdefault(launch.name, launch)
-    return list(by_name.values())
+    barriers = [barrier_launch(cfg) for cfg in configs if cfg.world > 1]
+    return list(by_name.values()) + barriers[:1]
 
 
 def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str, ASTSource]]:

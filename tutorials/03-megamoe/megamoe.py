@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from triton_raw_ext.knobs import wait_timeout_ms
+
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
@@ -50,13 +52,14 @@ from moe_config import (  # noqa: E402
     choose_tiles,
     choose_tiles_fp8,
 )
-from moe_launch import KernelLaunch, install_descriptor_scratch, launches  # noqa: E402
+from moe_launch import KernelLaunch, barrier_launch, install_descriptor_scratch, launches  # noqa: E402
 from moe_quant import expert_weights, quantize_rows  # noqa: E402
 
 TORCH_DTYPES = {  # the buffer dtype names of moe_config.MoEConfig
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
     "int32": torch.int32,
+    "int64": torch.int64,
     "float8_e4m3fn": torch.float8_e4m3fn,
 }
 _LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -64,6 +67,7 @@ _SIGNATURE_DTYPES = {
     "*bf16": torch.bfloat16,
     "*fp32": torch.float32,
     "*i32": torch.int32,
+    "*i64": torch.int64,
     "*fp8e4nv": torch.float8_e4m3fn,
 }
 
@@ -115,6 +119,8 @@ class MegaMoE:
             self.tiles = dataclasses.replace(self.tiles, gemm_programs=gemm_programs)
         # built now so that tiles unfit for the precision raise here, before any collective allocation
         self._launches: dict[int, list[KernelLaunch]] = {max_tokens: launches(self.cfg, self.tiles, max_tokens)}
+        self._barrier = barrier_launch(self.cfg)
+        self.wait_ms = wait_timeout_ms()  # the bound of the barrier's waits for peers
         if self.tiles.tma:
             install_descriptor_scratch(w1.device)
         self.weights = expert_weights(w1, w2, precision)
@@ -136,7 +142,7 @@ class MegaMoE:
         the rank, so these are the kernels of every later call."""
         from triton_raw_ext import preload
 
-        for launch in self._launches[self.cfg.max_tokens]:
+        for launch in [*self._launches[self.cfg.max_tokens], *([self._barrier] if self.cfg.world > 1 else [])]:
             args = [_SIGNATURE_DTYPES.get(sig, 2) for _, _, sig in launch.params]  # ints: any value but 1
             preload(
                 launch.fn, *args, grid=launch.grid, **launch.constexprs, num_warps=launch.num_warps,
@@ -146,8 +152,12 @@ class MegaMoE:
 
     def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
         b: dict[str, object] = {**self.sym, **self.local, **self.weights}
-        b.update(logits=logits, x=x, y=y, T=x.shape[0], W=self.cfg.world, me=self.rank)
+        b.update(logits=logits, x=x, y=y, T=x.shape[0], W=self.cfg.world, me=self.rank, wait_ms=self.wait_ms)
         return b
+
+    def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
+        args = [bindings[key] for _, key, _ in launch.params]
+        launch.fn[launch.grid](*args, **launch.constexprs, num_warps=launch.num_warps, num_stages=launch.num_stages)
 
     def __call__(
         self, x: torch.Tensor, logits: torch.Tensor, out: torch.Tensor | None = None
@@ -199,11 +209,8 @@ class MegaMoE:
             if only and launch.name not in only and launch.step not in only:
                 continue
             if launch.barrier_before and self.cfg.world > 1 and not only:
-                self._rt.barrier_all()
-            args = [bindings[key] for _, key, _ in launch.params]
-            launch.fn[launch.grid](
-                *args, **launch.constexprs, num_warps=launch.num_warps, num_stages=launch.num_stages
-            )
+                self._launch(self._barrier, bindings)
+            self._launch(launch, bindings)
 
     def routing(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, weights) of the last call's first ``tokens`` tokens (views, valid until the next call)."""
@@ -226,8 +233,9 @@ class MegaMoE:
             return
         self.closed = True
         torch.cuda.current_stream().synchronize()
-        if self.cfg.world > 1:
-            self._rt.barrier_all()  # no peer still reads or writes our buffers
+        if self.cfg.world > 1:  # no peer still reads or writes our buffers
+            self._launch(self._barrier, {**self.sym, **self.local, "me": self.rank, "W": self.cfg.world,
+                                         "wait_ms": self.wait_ms})  # fmt: skip
             torch.cuda.current_stream().synchronize()
         self.sym.clear()  # last references: NVSHMEM frees them now, in the same order on every rank
         self.local.clear()

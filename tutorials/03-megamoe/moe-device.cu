@@ -5,6 +5,7 @@
 // and split the bytes). Peers are reached with loads and stores through nvshmem_ptr (NVLink or
 // PCIe peer-to-peer, or the same GPU in shared-GPU mode); the layer checks at construction that
 // every peer is reachable this way, so no function here needs a proxy-transport fallback.
+#include <triton_raw/bounded_wait.h>
 #include <triton_raw/nvshmem_device.h>
 
 namespace {
@@ -70,4 +71,28 @@ extern "C" __device__ void moe_pull(void *dst, const void *src_sym, long long by
 extern "C" __device__ void moe_push(void *dst_sym, const void *src, long long bytes, int pe) {
   __syncthreads();
   block_copy(nvshmem_ptr(dst_sym, pe), src, bytes);
+}
+
+// The barrier between the phases of a call (world > 1), in place of nvshmemx_barrier_all_on_stream,
+// whose wait cannot be bounded. Thread 0 counts the barrier in `epoch` (this PE's count, in device
+// memory so that CUDA graph replays advance it), fences at system scope so that every store this PE
+// made before, to peers' memory too, is visible before its word, sets its word `arrived_sym[me]` on
+// every peer to the count, then waits for every peer's word in its own `arrived_sym` to reach it
+// (acquire at system scope). Kernels queued after the barrier on this PE's stream therefore see every
+// PE's stores made before its barrier, as after nvshmem_barrier_all. Every PE passes the same
+// barriers in the same order, and counts only grow, so a peer one barrier ahead leaves a word that
+// still satisfies the wait. A peer that never arrives (it died) ends the kernel after `timeout_ms`
+// with a report naming both PEs (<triton_raw/bounded_wait.h>).
+extern "C" __device__ void moe_barrier(uint64_t *arrived_sym, long long *epoch, int me, int world, int timeout_ms) {
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const uint64_t count = (uint64_t)*epoch + 1;
+    *epoch = (long long)count;
+    __threadfence_system();
+    for (int i = 1; i < world; ++i) nvshmemx_signal_op(arrived_sym + me, count, NVSHMEM_SIGNAL_SET, (me + i) % world);
+    for (int i = 1; i < world; ++i) {
+      const int peer = (me + i) % world;
+      triton_raw_wait_ge(arrived_sym + peer, count, "barrier word", me, peer, timeout_ms);
+    }
+  }
+  __syncthreads();
 }

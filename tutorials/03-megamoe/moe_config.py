@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4, "float8_e4m3fn": 1}
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4, "int64": 8, "float8_e4m3fn": 1}
 ROW_ALIGN = 64  # H and I must be multiples of this (GEMM K/N tiles and 16-byte row copies)
 PRECISIONS = ("bf16", "fp8")
-# Local buffers whose contents carry over from call to call (zero when allocated, never poisoned).
-STATE_BUFFERS = ("gemm_sched",)
+# Buffers whose contents carry over from call to call (zero when allocated, never poisoned).
+STATE_BUFFERS = ("gemm_sched", "barrier_arrived", "barrier_epoch")
 FP8_BLOCK = 128  # fp8: one scale per 128 channels of a token, per 128 x 128 block of a weight matrix
 
 
@@ -96,6 +96,7 @@ class MoEConfig:
             ("send_idx", (w, t), "int32"),  # per destination rank: the token ids it must pull, in slot order
             ("send_count", (w,), "int32"),  # per destination rank: how many
             ("comb", (w, t, h), "bfloat16"),  # [owner rank, slot] partial outputs pushed back by the owners
+            ("barrier_arrived", (w,), "int64"),  # per PE: the last barrier it arrived at (moe_barrier)
         ]
 
     @property
@@ -121,6 +122,7 @@ class MoEConfig:
             ("y_pair", (p, h), "bfloat16"),  # expert output per pair
             ("gemm_sched", (self.gemm_sched_len,), "int32"),  # moe_gemms' work counters (Tiles.gemm_programs)
             ("staging", (r, h), "bfloat16"),  # weighted partial per received row before the push
+            ("barrier_epoch", (1,), "int64"),  # barriers this rank has passed (moe_barrier)
         ]
 
     @staticmethod

@@ -4,7 +4,7 @@
                      this rank's symmetric buffers.
 2. ``moe_plan``      per destination rank r: deduplicated send list (token ids in slot order) and
                      its length; the slot of every token at r. Program 0 zeroes the expert counters.
-   (world > 1: barrier_all, so every rank's symmetric send data is complete.)
+   (world > 1: moe_barrier_kernel, so every rank's symmetric send data is complete.)
 3. ``moe_dispatch``  per (source rank, slot): pulls the token row and its routing from the source
                      (raw CUDA through nvshmem_ptr) and counts pairs per local expert (atomics).
 4. ``moe_place``     per received row: position of each of its local pairs, grouped by expert.
@@ -13,7 +13,7 @@
 6. ``moe_l2``        grouped GEMM h @ w2[e] -> y_pair [pairs, H].
 7. ``moe_combine``   per received row: weighted sum of its local pairs, pushed into the source
                      rank's symmetric ``comb[me, slot]`` (raw CUDA through nvshmem_ptr).
-   (world > 1: barrier_all, so every push has landed.)
+   (world > 1: moe_barrier_kernel, so every push has landed.)
 8. ``moe_reduce``    per token: sum of its partials from the ranks it went to -> y.
 
 ``moe_kernels_fp8`` has the fp8 variants of 1, 3, 5 and 6; the other kernels serve both precisions.
@@ -46,6 +46,10 @@ def moe_pull(dst, src_sym, nbytes, pe): ...
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
 def moe_push(dst_sym, src, nbytes, pe): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_barrier(arrived_sym, epoch_ptr, me, world, timeout_ms): ...
 
 
 @triton.jit
@@ -587,3 +591,10 @@ def moe_reduce(
     for h0 in range(0, H, BLOCK_H):
         v = tl.load(comb_sym + src_rows[:, None] * H + h0 + hh[None, :], mask=sent[:, None], other=0.0)
         tl.store(y_ptr + t * H + h0 + hh, tl.sum(v.to(tl.float32), axis=0).to(tl.bfloat16))
+
+
+@triton.jit(do_not_specialize=["me", "W", "wait_ms"])
+def moe_barrier_kernel(arrived_sym, epoch_ptr, me, W, wait_ms):
+    """One program: the barrier of every PE of the layer (raw ``moe_barrier``: see moe-device.cu), each
+    wait for a peer bounded by ``wait_ms`` milliseconds."""
+    moe_barrier(arrived_sym, epoch_ptr, me, W, wait_ms)

@@ -5,10 +5,11 @@ Contract: :func:`launches` returns the kernels of one call in launch order. Each
 integer the layer binds to it, Triton signature type for ahead-of-time compilation), its
 constexprs, grid, warps and stages. The keys are the buffer names of :class:`MoEConfig` plus
 ``logits``, ``x``, ``y`` and the weights of ``moe_quant.expert_weights`` (``w1``, ``w2`` for bf16;
-``w1q``, ``w1s``, ``w2q``, ``w2s`` for fp8) (tensors) and ``T``, ``W``, ``me`` (integers).
-``barrier_before`` marks the launches that need every rank past a barrier_all first (only
-relevant when world > 1). ``step`` names what a launch does in the call, after the bf16 kernel of
-that step, so the same names select a step in either precision. At world 1 the plan moves no token
+``w1q``, ``w1s``, ``w2q``, ``w2s`` for fp8) (tensors) and ``T``, ``W``, ``me``, ``wait_ms`` (integers).
+``barrier_before`` marks the launches that need every rank past a barrier first (only relevant
+when world > 1): :func:`barrier_launch`, whose waits are bounded, unlike NVSHMEM's stream barrier.
+``step`` names what a launch does in the call, after the bf16 kernel of that step, so the same names
+select a step in either precision. At world 1 the plan moves no token
 rows (:func:`_local`): L1 binds its A rows to ``x`` (fp8: ``x_sym``/``x_scale``), the combine binds
 its staging rows to ``y``, and there is no reduce.
 """
@@ -113,6 +114,24 @@ def _l1_params(cfg: MoEConfig) -> tuple[tuple[str, str, str], ...]:
         _p("counters_ptr", "counters", "*i32"),
         _p("w1_ptr", "w1", "*bf16"),
         _p("h_ptr", "h", "*bf16"),
+    )
+
+
+def barrier_launch(cfg: MoEConfig) -> KernelLaunch:
+    """The barrier between the phases of a call at world > 1 (before each ``barrier_before`` launch) and in
+    ``MegaMoE.close``: one program; each PE raises its word on every peer, then waits for every peer's,
+    each wait bounded by ``wait_ms`` (moe-device.cu ``moe_barrier``)."""
+    return KernelLaunch(
+        "moe_barrier",
+        K.moe_barrier_kernel,
+        (
+            _p("arrived_sym", "barrier_arrived", "*i64"),
+            _p("epoch_ptr", "barrier_epoch", "*i64"),
+            _p("me", "me", "i32"),
+            _p("W", "W", "i32"),
+            _p("wait_ms", "wait_ms", "i32"),
+        ),
+        num_warps=1,
     )
 
 
