@@ -232,6 +232,15 @@ def t3_tune(gpus: int) -> Suite:
     ], budget_s=200)  # fmt: skip
 
 
+def faults(gpus: int) -> Suite:
+    """A PE that dies mid-call ends its peer's bounded wait with a report, for Tutorials 1, 3 and 2 with
+    2 PEs sharing GPU 0, and the next job on the GPU runs (peer_fault.py judges each)."""
+    return Suite("faults", [
+        Step("peer_fault", ("python3", "scripts/gpu/peer_fault.py", "{dir}", "--budget-s", "500"), 520,
+             shared_gpu=True),
+    ], budget_s=540)  # fmt: skip
+
+
 def every_one_gpu_suite(gpus: int) -> Suite:
     """Every one-GPU suite in one bounded call: each part gets at most its cap (about what it takes on
     an H200 with a cold cache, plus a margin) and what the 540 s budget has left; a step that would
@@ -331,5 +340,5 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "multi_gpu": multi_gpu, "all": every_one_gpu_suite,
+    "faults": faults, "multi_gpu": multi_gpu, "all": every_one_gpu_suite,
 }  # fmt: skip
