@@ -265,8 +265,29 @@ def load_module(path: Path, name: str):
 
 
 def load_tutorial_aot(folder: str, module: str = "aot"):
-    """``tutorials/<folder>/<module>.py``, imported under a name of its own."""
+    """``tutorials/<folder>/<module>.py``, imported under a name of its own (for the names every tutorial
+    has: ``aot``, ``benchmark``)."""
+    tutorial_path(folder)  # its own imports of its sibling modules
     return load_module(TUTORIALS / folder / f"{module}.py", f"tutorial_{module}_{folder.replace('-', '_')}")
+
+
+def tutorial_path(folder: str) -> Path:
+    """Make the modules of ``tutorials/<folder>`` importable as its own scripts import them: by their
+    plain names (each tutorial prefixes its modules: ``arn_``, ``ag_``, ``moe_``), with ``tutorials/``
+    for ``common``. The one place the tests extend ``sys.path``; returns the folder."""
+    import sys
+
+    path = TUTORIALS / folder
+    for entry in (str(TUTORIALS), str(path)):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    return path
+
+
+def tutorial_env(folder: str) -> dict[str, str]:
+    """The environment for a child Python process that imports ``tutorials/<folder>``'s modules."""
+    path = os.pathsep.join([str(TUTORIALS / folder), str(TUTORIALS), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path.rstrip(os.pathsep)}
 
 
 GPU_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "gpu"

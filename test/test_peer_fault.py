@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import has_gpu
+from conftest import has_gpu, load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu" / "peer_fault.py"
@@ -18,12 +18,7 @@ HEADER = ROOT / "triton_raw_ext" / "include" / "triton_raw" / "bounded_wait.h"
 
 
 def _peer_fault():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import peer_fault
-    finally:
-        sys.path.pop(0)
-    return peer_fault
+    return load_module(SCRIPT, "peer_fault")
 
 
 def _printed(fmt: str, *values: object) -> str:
