@@ -16,7 +16,8 @@
  * The bound: a wait that has not seen the value after `timeout_ms` milliseconds of %globaltimer
  * prints one line, from the first thread of the loaded kernel whose wait expires,
  *   triton_raw_ext: PE <me> waited <ms> ms for PE <peer>: <what> at <address> is <seen>, expected >= <expected> ...
- * and every expired thread traps (PTX `trap`): the launch fails and the host's next synchronisation
+ * and every expired thread traps (PTX `trap`; the others once that line is out, or after a second):
+ * the launch fails and the host's next synchronisation
  * raises a CUDA error, instead of the kernel spinning forever on a peer that died and holding the GPU
  * (and every process sharing it). Kernels take `timeout_ms` as an argument from the host:
  * triton_raw_ext.knobs.wait_timeout_ms() reads TRITON_RAW_WAIT_TIMEOUT_S (seconds, default 20).
@@ -32,8 +33,10 @@
 #define TRITON_RAW_WAIT_SPINS_PER_CLOCK 256u
 
 /* Set by the first thread whose wait expires, so that a kernel prints one report however many of
-   its threads wait on the same dead peer. */
+   its threads wait on the same dead peer; `printed` once its line is out. */
 static __device__ unsigned int triton_raw_wait_reported;
+static __device__ volatile unsigned int triton_raw_wait_printed;
+#define TRITON_RAW_WAIT_PRINT_GRACE_NS 1000000000ull
 
 enum { TRITON_RAW_ACQUIRE_LOAD_SYS, TRITON_RAW_ACQUIRE_FENCE_GPU };
 
@@ -72,6 +75,15 @@ static __device__ __noinline__ void triton_raw_wait_expired(const T *flag, T exp
            me, waited_ns / 1000000ull, peer, what, (const void *)flag,
            is_signed ? (long long)seen : (long long)(unsigned long long)seen,
            is_signed ? (long long)expected : (long long)(unsigned long long)expected, blockIdx.x, threadIdx.x);
+    __threadfence();
+    triton_raw_wait_printed = 1u;
+  } else {
+    // A trap ends the whole launch, a report still being written with it: the other expired threads
+    // give the reporting one up to a second to finish its line.
+    const unsigned long long start = triton_raw_globaltimer_ns();
+    while (!triton_raw_wait_printed && triton_raw_globaltimer_ns() - start < TRITON_RAW_WAIT_PRINT_GRACE_NS) {
+      __nanosleep(1000);
+    }
   }
   asm volatile("trap;");
 }
