@@ -252,23 +252,45 @@ def pytest_sessionfinish(session, exitstatus):
 TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
 
 
-def load_tutorial_aot(folder: str, module: str = "aot"):
-    """Import ``tutorials/<folder>/<module>.py`` under a name of its own.
-
-    Every tutorial has an ``aot.py`` and a ``benchmark.py``: imported by their plain names, the
-    first tutorial's would shadow the others'.
-    """
+def load_module(path: Path, name: str):
+    """Import the file ``path`` as module ``name`` (once per test run). Tutorials and scripts are
+    programs, not packages: each tutorial has an ``aot.py`` and a ``benchmark.py``, and imported by their
+    plain names the first tutorial's would shadow the others'."""
     import importlib.util
     import sys
 
-    path = TUTORIALS / folder / f"{module}.py"
-    name = f"tutorial_{module}_{folder.replace('-', '_')}"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def load_tutorial_aot(folder: str, module: str = "aot"):
+    """``tutorials/<folder>/<module>.py``, imported under a name of its own (for the names every tutorial
+    has: ``aot``, ``benchmark``)."""
+    tutorial_path(folder)  # its own imports of its sibling modules
+    return load_module(TUTORIALS / folder / f"{module}.py", f"tutorial_{module}_{folder.replace('-', '_')}")
+
+
+def tutorial_path(folder: str) -> Path:
+    """Make the modules of ``tutorials/<folder>`` importable as its own scripts import them: by their
+    plain names (each tutorial prefixes its modules: ``arn_``, ``ag_``, ``moe_``), with ``tutorials/``
+    for ``common``. The one place the tests extend ``sys.path``; returns the folder."""
+    import sys
+
+    path = TUTORIALS / folder
+    for entry in (str(TUTORIALS), str(path)):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    return path
+
+
+def tutorial_env(folder: str) -> dict[str, str]:
+    """The environment for a child Python process that imports ``tutorials/<folder>``'s modules."""
+    path = os.pathsep.join([str(TUTORIALS / folder), str(TUTORIALS), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path.rstrip(os.pathsep)}
 
 
 GPU_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
@@ -278,6 +300,15 @@ case "$*" in
   *) i=0; while [ $i -lt {gpus} ]; do echo "NVIDIA H200, 580.159.04"; i=$((i+1)); done ;;
 esac
 """
+# Records every call (arguments and what came on stdin) in $FAKE_MPS_LOG.
+FAKE_MPS = """#!/bin/sh
+echo "mps $* $(cat 2>/dev/null | tr -d '\\n')" >>"$FAKE_MPS_LOG"
+"""
+
+
+def gpu_suites():
+    """``scripts/gpu/suites.py``: the GPU suites' steps."""
+    return load_module(GPU_SCRIPTS / "suites.py", "gpu_suites")
 
 
 def _executable(path: Path, text: str) -> None:
@@ -285,23 +316,29 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(path.stat().st_mode | 0o100)
 
 
-def fake_gpu_host(tmp_path: Path, script: str, gpus: int, fake_python: str | None = None) -> tuple[Path, Path]:
-    """Run ``scripts/gpu/<script>`` on CPU: a copy of it beside the real stacks.sh, results.sh and
-    machine.py, a setup.sh that only sources stacks.sh (no install, no clang), and a bin folder holding a
-    fake ``nvidia-smi`` that lists ``gpus`` H200s and, if given, ``fake_python`` (formatted with
-    ``real``, this interpreter) as ``python3``. Returns (the script's copy, the bin folder to put first
-    on PATH)."""
+def fake_gpu_host(tmp_path: Path, gpus: int, fake_python: str | None = None) -> Path:
+    """A bin folder to put first on PATH so that ``scripts/gpu/suite.py --no-setup`` runs on CPU: a fake
+    ``nvidia-smi`` listing ``gpus`` H200s, a fake ``nvidia-cuda-mps-control`` that records its calls in
+    ``$FAKE_MPS_LOG``, and, if given, ``fake_python`` (formatted with ``real``, this interpreter) as
+    ``python3``."""
     import sys
 
-    gpu_dir = tmp_path / "repo" / "scripts" / "gpu"
-    gpu_dir.mkdir(parents=True)
-    shutil.copy(GPU_SCRIPTS / script, gpu_dir)
-    for helper in ("stacks.sh", "results.sh", "machine.py"):
-        shutil.copy(GPU_SCRIPTS / helper, gpu_dir)
-    (gpu_dir / "setup.sh").write_text('set -euo pipefail\nsource "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"\n')
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _executable(bin_dir / "nvidia-smi", FAKE_SMI.format(gpus=gpus))
+    _executable(bin_dir / "nvidia-cuda-mps-control", FAKE_MPS)
     if fake_python is not None:
         _executable(bin_dir / "python3", fake_python.format(real=sys.executable))
-    return gpu_dir / script, bin_dir
+    return bin_dir
+
+
+def run_suite(args: list[str], bin_dir: Path | None = None, timeout: float = 120, **env: str):
+    """Run ``scripts/gpu/suite.py --no-setup ARGS`` with ``bin_dir`` first on PATH and ``env`` added;
+    returns the CompletedProcess (stdout and stderr as text)."""
+    import subprocess
+    import sys
+
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if bin_dir else os.environ["PATH"]
+    return subprocess.run([sys.executable, str(GPU_SCRIPTS / "suite.py"), args[0], "--no-setup", *args[1:]],
+                          env={**os.environ, "PATH": path, **env}, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip

@@ -1,39 +1,144 @@
-"""scripts/gpu/stacks.sh: ``timeout_with_stacks`` on CPU, with real processes."""
+"""scripts/gpu/suite.py on CPU, with real processes: limits and stacks, exit statuses, the environment of
+every step, MPS for the steps whose PEs share a GPU, bundles, and that every suite names files that exist.
+
+GPU commands are replaced by a fake ``python3`` (and fake ``nvidia-smi`` / ``nvidia-cuda-mps-control``);
+what the GPU runs measure is not tested here.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
 import subprocess
 import sys
-from pathlib import Path
+import tarfile
 
 import pytest
+from conftest import GPU_SCRIPTS, fake_gpu_host, gpu_suites, run_suite
 
-STACKS = Path(__file__).resolve().parent.parent / "scripts" / "gpu" / "stacks.sh"
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("timeout") is None or shutil.which("pgrep") is None, reason="needs coreutils timeout and pgrep"
-)
+ROOT = GPU_SCRIPTS.parents[1]
 
 
-def _run(command: str) -> subprocess.CompletedProcess:
-    script = f'source "{STACKS}"\n{command}\necho "rc=$?"\n'
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
-
-
-def test_a_hung_worker_prints_its_python_stack_and_the_limit_is_reported():
+def test_a_hung_worker_prints_its_python_stack_and_the_step_times_out(tmp_path):
     hung = f"{sys.executable} -c 'import time\ndef stuck_in_here():\n    time.sleep(120)\nstuck_in_here()'"
     # a launcher with a child, like torchrun and its workers: the leaf gets the signal
-    done = _run(f"timeout_with_stacks 8 bash -c \"{hung}; echo launcher-exit\"")
-    out = done.stdout + done.stderr
-    assert "timeout_with_stacks: still running" in out, out
-    assert "stuck_in_here" in out, out  # faulthandler's traceback of the hung Python process
-    assert "rc=124" in out, out
+    done = run_suite(["exec", "--out", str(tmp_path), "--max-step-s", "8", "--", "bash", "-c", f"{hung}; echo end"])
+    log = (tmp_path / "command.log").read_text()
+    assert "SIGABRT to every leaf process" in log and "stuck_in_here" in log, log  # faulthandler's traceback
+    (step,) = json.loads((tmp_path / "exec.json").read_text())["steps"]
+    assert step["result"] == "TIMEOUT(8s)" and step["seconds"] < 30, step
+    assert done.returncode == 1 and "TIMEOUT(8s)" in done.stdout
 
 
-def test_a_command_that_ends_keeps_its_exit_status():
-    done = _run("timeout_with_stacks 20 bash -c 'echo working; exit 3'")
-    assert "working" in done.stdout and "rc=3" in done.stdout, done.stdout + done.stderr
-    assert "still running" not in done.stdout
+def test_a_command_that_ends_keeps_its_exit_status_and_the_json_it_wrote(tmp_path):
+    done = run_suite(["exec", "--out", str(tmp_path), "--", "bash", "-c", "echo working; exit 3"])
+    assert done.returncode == 1 and "working" in done.stdout and "FAIL(rc=3)" in done.stdout, done.stdout
+    script = "import json, os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text(json.dumps(dict(os.environ)))"
+    done = run_suite(["exec", "--out", str(tmp_path / "env"), "--", "python3", "-c", script, "{dir}/env.json"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "env" / "exec.json").read_text())
+    step_env = summary["steps"][0]["files"]["env.json"]  # the JSON the step wrote, inside the summary
+    for name, value in {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                        "PYTHONFAULTHANDLER": "1"}.items():  # fmt: skip
+        assert step_env[name] == value and summary["env"][name] == value
+    assert "TRITON_RAW_SHARED_GPU" not in step_env
+    assert summary["versions"]["triton"] and summary["command"].startswith("python3 scripts/gpu/suite.py exec")
+
+
+def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
+    rest = tmp_path / "src" / "triton"
+    rest.mkdir(parents=True)
+    (rest / "__init__.py").write_text("__version__ = '9.9.9-bundle'\n")
+    bundle = tmp_path / "triton-9.9.9"
+    bundle.mkdir()
+    with tarfile.open(bundle / "triton-rest.tar.xz", "w:xz") as tar:
+        tar.add(rest, arcname="triton")
+    version = "import triton; print(triton.__version__)"
+    done = run_suite(["exec", "--out", str(tmp_path / "out"), "--triton-bundle", str(bundle), "--bundle-root",
+                      str(tmp_path / "unpacked"), "--", "python3", "-c", version])  # fmt: skip
+    assert done.returncode == 0 and "9.9.9-bundle" in done.stdout, done.stdout + done.stderr
+
+
+def test_every_suite_names_scripts_that_exist():
+    suites = gpu_suites()
+    names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "faults", "multi_gpu", "all"}
+    assert set(suites.SUITES) == names
+    env = {"VARIANTS": "stores:2 puts:2"}
+    for gpus in (1, 2, 8):
+        for name, build in suites.SUITES.items():
+            if name == "multi_gpu" and gpus == 1:
+                with pytest.raises(SystemExit, match="run on a host with >= 2 GPUs or set WORLDS"):
+                    build(gpus)
+                continue
+            with pytest.MonkeyPatch.context() as patch:
+                for key, value in env.items():
+                    patch.setenv(key, value)
+                suite = build(gpus)
+            steps = [s for part, _ in suite.parts for s in part.steps] + suite.steps
+            assert steps, name
+            for step in steps:
+                for arg in step.command:
+                    if arg.endswith((".py", ".sh")) and "/" in arg:
+                        assert (ROOT / arg).is_file(), f"{name}/{step.name}: {arg}"
+
+
+def test_every_tutorial_runs_its_suite_through_the_runner():
+    for run_gpu in sorted(ROOT.glob("tutorials/*/run_gpu.sh")):
+        number = int(run_gpu.parent.name[:2])
+        assert f"exec python3 scripts/gpu/suite.py t{number} " in run_gpu.read_text(), run_gpu
+    scripts = sorted([*ROOT.glob("scripts/**/*.sh"), *ROOT.glob("tutorials/*/*.sh")])
+    for script in scripts:
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{script.relative_to(ROOT)}: {done.stderr}"
+
+
+RECORDING_PYTHON = """#!{real}
+# Fake python3: every step records how it was called; the runner's machine.py runs for real.
+import json, os, sys
+args = sys.argv[1:]
+if args[0].endswith("machine.py"):
+    os.execv({real!r}, [{real!r}, *args])
+with open(os.environ["FAKE_CALLS"], "a") as calls:
+    calls.write(json.dumps({{"args": args, "shared": os.environ.get("TRITON_RAW_SHARED_GPU"),
+                             "symmetric": os.environ.get("NVSHMEM_SYMMETRIC_SIZE")}}) + "\\n")
+"""
+
+
+def test_steps_whose_pes_share_the_gpu_run_under_mps_started_and_stopped_once(tmp_path):
+    bin_dir = fake_gpu_host(tmp_path, gpus=1, fake_python=RECORDING_PYTHON)
+    calls, mps = tmp_path / "calls.jsonl", tmp_path / "mps.log"
+    done = run_suite(["t2", "--out", str(tmp_path / "out")], bin_dir, FAKE_CALLS=str(calls), FAKE_MPS_LOG=str(mps))
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert [s["shared"] for s in steps] == [None, None, "1", "1"]
+    assert [s["symmetric"] for s in steps[2:]] == ["3G", "3G"]
+    assert "--nproc_per_node=4" in steps[3]["args"] and steps[3]["args"][-1].endswith("/w4_shared/correct.json")
+    assert mps.read_text().split("\n")[:2] == ["mps -d ", "mps  quit"]  # on before w2_shared, off at the end
+    summary = json.loads((tmp_path / "out" / "t2.json").read_text())
+    assert [(s["step"], s["result"]) for s in summary["steps"]] == [
+        ("w1_correct", "PASS"), ("bench_w1", "PASS"), ("w2_shared", "PASS"), ("w4_shared", "PASS")]  # fmt: skip
+    assert summary["gpus"] == ["NVIDIA H200, 580.159.04"]
+
+
+def test_a_step_without_budget_left_is_skipped_and_fails_the_suite(tmp_path):
+    bin_dir = fake_gpu_host(tmp_path, gpus=1, fake_python=RECORDING_PYTHON)
+    done = run_suite(["t3_tune", "--out", str(tmp_path / "out"), "--budget", "35"], bin_dir,
+                     FAKE_CALLS=str(tmp_path / "calls.jsonl"), FAKE_MPS_LOG=str(tmp_path / "mps.log"))  # fmt: skip
+    summary = json.loads((tmp_path / "out" / "t3_tune.json").read_text())
+    assert [s["result"] for s in summary["steps"]] == ["SKIP(budget)", "SKIP(budget)"]
+    assert done.returncode == 1 and "tune_bf16: skipped" in done.stdout
+
+
+def test_all_runs_every_one_gpu_suite_as_parts(tmp_path):
+    bin_dir = fake_gpu_host(tmp_path, gpus=1, fake_python=RECORDING_PYTHON)
+    suites = gpu_suites()
+    all_steps = [f"{part.name}/{s.name}" for part, _ in suites.SUITES["all"](1).parts for s in part.steps]
+    done = run_suite(["all", "--out", str(tmp_path / "out")], bin_dir,
+                     FAKE_CALLS=str(tmp_path / "calls.jsonl"), FAKE_MPS_LOG=str(tmp_path / "mps.log"))  # fmt: skip
+    summary = json.loads((tmp_path / "out" / "all.json").read_text())
+    results = {s["step"]: s["result"] for s in summary["steps"]}
+    assert list(results) == all_steps, done.stdout
+    assert all(results[s] == "PASS" for s in all_steps if s != "core/doctor"), results  # doctor: the real one
+    calls = [json.loads(line)["args"] for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    runtime = next(args for args in calls if args[0] == "scripts/gpu/runtime_suite.py")
+    assert runtime[-1].endswith("/runtime/checks")  # one GPU: every stage in one step, MPS on
+    assert (tmp_path / "out" / "t1" / "bench_w1.log").is_file()

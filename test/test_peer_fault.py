@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import has_gpu
+from conftest import has_gpu, load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu" / "peer_fault.py"
@@ -18,12 +18,7 @@ HEADER = ROOT / "triton_raw_ext" / "include" / "triton_raw" / "bounded_wait.h"
 
 
 def _peer_fault():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import peer_fault
-    finally:
-        sys.path.pop(0)
-    return peer_fault
+    return load_module(SCRIPT, "peer_fault")
 
 
 def _printed(fmt: str, *values: object) -> str:
@@ -49,4 +44,3 @@ def test_without_a_gpu_it_skips_and_says_so(tmp_path):
     assert "peer_fault: SKIP (no CUDA GPU visible)" in done.stdout
     doc = json.loads((tmp_path / "peer_fault.json").read_text())
     assert doc["skipped"] == "no CUDA GPU visible" and doc["steps"] == [] and doc["bound_s"] == 5.0
-    assert {"torch", "triton"} <= set(doc["versions"])

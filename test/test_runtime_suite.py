@@ -1,42 +1,33 @@
 """scripts/gpu/runtime_suite.py on CPU: the order of its steps and the environment of its PEs.
 
 The checks themselves need NVSHMEM on a GPU; this covers where the allocation-skew regression check
-runs (one PE per GPU before MPS starts when the host has two GPUs, else sharing GPU 0 under MPS) and
-that its PEs then get their own GPU.
+runs (one PE per GPU, first and as a step of its own without MPS when the host has two GPUs, else
+last, sharing GPU 0) and that its PEs then get their own GPU.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-SUITE = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "runtime_suite.py"
+from conftest import GPU_SCRIPTS, gpu_suites, load_module
 
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("runtime_suite", SUITE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    return load_module(GPU_SCRIPTS / "runtime_suite.py", "runtime_suite")
 
 
-def test_two_gpus_run_the_alloc_skew_check_one_pe_per_gpu_before_mps(suite):
-    steps = [(s.name, s.under_mps) for s in suite.stages(2)]
-    assert steps[0] == ("alloc_skew", False)
-    assert all(under_mps for _, under_mps in steps[1:])
-    assert [name for name, _ in steps[1:]] == ["world1", "world2", "world4", "world1-host_stream", "cycles", "raise"]
+def test_two_gpus_run_the_alloc_skew_check_first_and_alone_without_mps(suite):
+    names = [s.name for s in suite.stages(2)]
+    assert names == ["alloc_skew", "world1", "world2", "world4", "world1-host_stream", "cycles", "raise"]
+    runtime = gpu_suites().runtime(2)  # the runner's steps: alloc_skew alone, without MPS, then the rest
+    assert [(s.command[-2:], s.shared_gpu) for s in runtime.steps] == [
+        (("--stages", "alloc_skew"), False), (("--skip", "alloc_skew"), True)]  # fmt: skip
 
 
 def test_one_gpu_runs_the_alloc_skew_check_last_sharing_the_gpu(suite):
-    steps = [(s.name, s.under_mps) for s in suite.stages(1)]
-    assert steps[-1] == ("alloc_skew", True) and all(under_mps for _, under_mps in steps)
-    assert "alloc_skew" in suite.WORKERS
+    assert [s.name for s in suite.stages(1)][-1] == "alloc_skew" and "alloc_skew" in suite.WORKERS
+    (step,) = gpu_suites().runtime(1).steps
+    assert step.shared_gpu and "--stages" not in step.command and "--skip" not in step.command
 
 
 def test_pes_share_gpu_0_or_take_one_gpu_each(suite, monkeypatch):
@@ -46,4 +37,4 @@ def test_pes_share_gpu_0_or_take_one_gpu_each(suite, monkeypatch):
     assert shared["TRITON_RAW_SHARED_GPU"] == "1" and shared["RANK"] == shared["LOCAL_RANK"] == "1"
     own = suite.worker_env(1, 2, 29500, shared_gpu=False)
     assert "TRITON_RAW_SHARED_GPU" not in own and own["LOCAL_RANK"] == "1" and own["WORLD_SIZE"] == "2"
-    assert own["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "lo" and own["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert own["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "lo"

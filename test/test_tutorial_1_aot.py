@@ -10,13 +10,11 @@ batch of puts, not one per row).
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import tutorial_path
 
-TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "01-allreduce-rmsnorm"
-sys.path.insert(0, str(TUTORIAL))
+TUTORIAL = tutorial_path("01-allreduce-rmsnorm")
 
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")

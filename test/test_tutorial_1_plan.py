@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import tutorial_path
 
-TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "01-allreduce-rmsnorm"
-sys.path.insert(0, str(TUTORIAL))
+TUTORIAL = tutorial_path("01-allreduce-rmsnorm")
 
 torch = pytest.importorskip("torch")
 

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import triton
-from conftest import assert_bounded_wait, load_tutorial_aot
+from conftest import (
+    assert_bounded_wait,
+    load_tutorial_aot,
+    tutorial_path,  # noqa: E402
+)
 from triton.backends.compiler import GPUTarget
 
-TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "02-allgather-gemm"
+TUTORIAL = tutorial_path("02-allgather-gemm")
 TARGET = GPUTarget("cuda", 90, 32)
 
 
 aot = load_tutorial_aot("02-allgather-gemm")
-sys.path.insert(0, str(TUTORIAL))
 import ag_schedule as schedule  # noqa: E402
 
 NAMES = [name for name, _ in aot.kernels()]

@@ -5,16 +5,14 @@ Triton's interpreter (a subprocess, since TRITON_INTERPRET must be set before ke
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import tutorial_env, tutorial_path
 
-TUTORIAL = Path(__file__).resolve().parents[1] / "tutorials" / "02-allgather-gemm"
-sys.path.insert(0, str(TUTORIAL))
+TUTORIAL = tutorial_path("02-allgather-gemm")
 
 import ag_reference as reference  # noqa: E402
 import ag_schedule as schedule  # noqa: E402
@@ -44,7 +42,6 @@ def test_kernel_tile_coords_match_python_in_interpreter(tmp_path):
     script = tmp_path / "interp.py"
     script.write_text(f"""
 import json, sys
-sys.path.insert(0, {str(TUTORIAL)!r})
 import torch, triton, triton.language as tl
 import ag_kernels
 CASES = {json.dumps([c for c in CASES if c[1] in (1, 3, 4)])}
@@ -63,7 +60,7 @@ for rank, world, mt, npn, g in CASES:
     res.append(out.view(n, 3).tolist())
 print(json.dumps(res))
 """)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = {**tutorial_env("02-allgather-gemm"), "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -87,7 +84,6 @@ def test_kernel_walk_computes_every_tile_from_the_right_buffer_in_interpreter(tm
     script = tmp_path / "walk.py"
     script.write_text(f"""
 import json, sys
-sys.path.insert(0, {str(TUTORIAL)!r})
 import torch
 import triton.runtime.interpreter as interpreter
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -120,7 +116,7 @@ for rank, world, m, n, k, grid, num_sms in {WALK_CASES!r}:
     errors.append(((c.float() - ref).abs().max() / ref.abs().max()).item())
 print("ERRORS", json.dumps(errors))
 """)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = {**tutorial_env("02-allgather-gemm"), "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     errors = json.loads(proc.stdout.split("ERRORS")[-1])

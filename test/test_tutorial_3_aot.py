@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import triton
+from conftest import tutorial_path
 from triton.backends.compiler import GPUTarget
 
-TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
-sys.path.insert(0, str(TUTORIAL))
+TUTORIAL = tutorial_path("03-megamoe")
 
 from conftest import assert_bounded_wait, assert_no_spills, entry_param, load_tutorial_aot  # noqa: E402
 from moe_launch import barrier_launch  # noqa: E402

@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import tutorial_path
 
-TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
-sys.path.insert(0, str(TUTORIAL))
+TUTORIAL = tutorial_path("03-megamoe")
 
 from moe_config import FP8_BLOCK, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8, max_m_tiles  # noqa: E402
 from moe_launch import launches, launches_fp8  # noqa: E402

@@ -10,15 +10,13 @@ from __future__ import annotations
 import datetime
 import math
 import socket
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import tutorial_path
 
-TUTORIAL = Path(__file__).resolve().parent.parent / "tutorials" / "03-megamoe"
-sys.path.insert(0, str(TUTORIAL))
+TUTORIAL = tutorial_path("03-megamoe")
 
 from moe_ep_reference import ep_forward  # noqa: E402
 from moe_reference import reference  # noqa: E402

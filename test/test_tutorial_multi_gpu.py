@@ -1,24 +1,18 @@
-"""Multi-GPU runs on CPU: the benchmarks' goal verdicts, and scripts/gpu/multi_gpu_suite.sh.
+"""Multi-GPU runs on CPU: the benchmarks' goal verdicts, and the ``multi_gpu`` suite of scripts/gpu/suite.py.
 
-The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (setup.sh only sources stacks.sh): the fakes
-write the JSON the tutorials would write, built with the tutorials' own goal functions, so the test
-covers the suite's world selection, step bookkeeping, exit status and the summary that reads the
-goals back. What the GPU runs measure is not tested here.
+The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (``--no-setup``): the fakes write
+the JSON the tutorials would write, built with the tutorials' own goal functions, so the test covers
+the suite's world selection, step bookkeeping, exit status and the summary that reads the goals back.
+What the GPU runs measure is not tested here.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-from conftest import fake_gpu_host, load_tutorial_aot
+from conftest import fake_gpu_host, load_tutorial_aot, run_suite
 
-ROOT = Path(__file__).resolve().parents[1]
-SUITE = ROOT / "scripts" / "gpu" / "multi_gpu_suite.sh"
 T1_SHAPES = [(t, h) for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]  # what the suite passes
 T2_SHAPES = [(1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192), (4096, 8192, 28672)]
 
@@ -82,19 +76,11 @@ def test_t3_benchmark_helpers():
     assert {"megamoe_eager", "torch_ep_alltoall", "torch_reference_bf16"} <= set(bench.FLOP_ROWS)
 
 
-def test_every_shell_script_parses():
-    scripts = sorted([*ROOT.glob("scripts/**/*.sh"), *ROOT.glob("tutorials/*/*.sh")])
-    assert SUITE in scripts
-    for script in scripts:
-        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-        assert done.returncode == 0, f"{script.relative_to(ROOT)}: {done.stderr}"
-
-
 FAKE_PYTHON = """#!{real}
 # Fake python3 for the suite test: torchrun steps write planned JSON and exit with planned codes.
 import json, os, pathlib, sys
 args = sys.argv[1:]
-if args[:1] == ["-"]:  # the suite's summary: the real interpreter
+if args[0].endswith("machine.py"):  # the runner's versions: the real interpreter
     os.execv({real!r}, [{real!r}, *args])
 if args[:1] == ["-c"] or (args and args[0].endswith("aot.py")):
     print("fake", " ".join(args)[:80])
@@ -113,6 +99,9 @@ for flag in ("--json", "--out"):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc))
 print(key, "world", world, "rc", plan["rc"])
+if plan["rc"] == 2:  # torchrun's report when a worker exits 2 ("ran, a goal was not met"): it exits 1
+    print("  exitcode  : 2 (pid: 100)\\n  exitcode  : -15 (pid: 101)")
+    sys.exit(1)
 sys.exit(plan["rc"])
 """
 
@@ -141,20 +130,16 @@ def _plan() -> dict:
     }
 
 
-@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
 def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
-    suite, bin_dir = fake_gpu_host(tmp_path, SUITE.name, gpus=2, fake_python=FAKE_PYTHON)
+    bin_dir = fake_gpu_host(tmp_path, gpus=2, fake_python=FAKE_PYTHON)
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(_plan()))
     out = tmp_path / "out"
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_PLAN": str(plan),
-           "OUT": str(out), "WORLDS": "2 4", "TUTORIALS": "1 2 3"}  # fmt: skip
-    done = subprocess.run(["bash", str(suite)], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = run_suite(["multi_gpu", "--out", str(out)], bin_dir, FAKE_PLAN=str(plan), WORLDS="2 4", TUTORIALS="1 2 3",
+                     FAKE_MPS_LOG=str(tmp_path / "mps.log"))  # fmt: skip
     log = done.stdout + done.stderr
     assert done.returncode == 1, log  # T3's correctness step failed
-    assert "world 4 skipped: 2 GPU(s) visible" in log
-    summary = json.loads((out / "multi_gpu_suite.json").read_text())
+    summary = json.loads((out / "multi_gpu.json").read_text())
     results = {s["step"]: s["result"] for s in summary["steps"]}
     assert results == {
         "toolchain": "PASS", "t1_compile": "PASS", "t1_correct_w2": "PASS", "t1_correct_w2_puts_8": "PASS",
@@ -163,6 +148,7 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
     }, log  # fmt: skip
     assert all((out / f"{name}.log").is_file() for name in results)
     assert summary["gpus"] == ["NVIDIA H200, 580.159.04"] * 2 and summary["env"]["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert not (tmp_path / "mps.log").exists()  # one PE per GPU: no MPS
     goals = summary["goals"]
     assert [(g["mode"], g["met"]) for g in goals if g["tutorial"] == 1] == [("eager", True), ("graph", True)]
     met = {g["shape"]: g["met"] for g in goals if g["tutorial"] == 2}
@@ -171,26 +157,11 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
     assert (t3["layer_us"], t3["baseline_us"], t3["layer_tflops_per_gpu"]) == (500.0, 2000.0, 300.0)
     assert "T3 w2: layer 500.0 us (300 TFLOP/s per GPU), torch_ep_alltoall 2000.0 us (75): 4.00x" in log
     assert "FAIL(rc=1)" in log and "GOAL_MISSED" in log
-    assert summary["worlds"] == [2] and summary["command"] == "bash scripts/gpu/multi_gpu_suite.sh"
+    assert summary["worlds"] == [2] and summary["command"].startswith("python3 scripts/gpu/suite.py multi_gpu")
     assert "allreduce.py --graph-tokens 16 4096 --push puts --tuning 8 " in log  # the variant's own check
 
 
 def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):
-    suite, bin_dir = fake_gpu_host(tmp_path, SUITE.name, gpus=1)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
-    done = subprocess.run(["bash", str(suite)], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    bin_dir = fake_gpu_host(tmp_path, gpus=1)
+    done = run_suite(["multi_gpu", "--out", str(tmp_path / "out")], bin_dir, timeout=60)
     assert done.returncode == 1 and "run on a host with >= 2 GPUs or set WORLDS" in done.stderr
-
-
-@pytest.mark.parametrize(
-    ("exit_codes", "only_goal"), [(["2", "-15"], True), (["2", "2"], True), (["1", "-15"], False), (["2", "1"], False)]
-)
-def test_a_torchrun_benchmark_counts_as_goal_missed_only_when_its_workers_only_missed_a_goal(
-    tmp_path, exit_codes, only_goal
-):
-    log = tmp_path / "bench.log"  # torchrun's failure report: one "exitcode : N (pid: P)" line per worker
-    log.write_text("".join(f"  exitcode  : {c} (pid: {100 + i})\n" for i, c in enumerate(exit_codes)))
-    function = subprocess.run(["sed", "-n", "/^only_goal_missed()/,/^}/p", str(SUITE)], capture_output=True, text=True)
-    done = subprocess.run(["bash", "-c", f'{function.stdout}\nonly_goal_missed "{log}"'], capture_output=True)
-    assert function.stdout.startswith("only_goal_missed()") and (done.returncode == 0) == only_goal

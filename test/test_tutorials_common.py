@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from conftest import TUTORIALS
+from conftest import TUTORIALS, load_module
 
-sys.path.insert(0, str(TUTORIALS))
-
-from common.timing import percentile, rank_max, summarize  # noqa: E402
+timing = load_module(TUTORIALS / "common" / "timing.py", "tutorials_common_timing")
+percentile, rank_max, summarize = timing.percentile, timing.rank_max, timing.summarize
 
 
 def test_percentile_interpolates_between_order_statistics():

@@ -1,7 +1,12 @@
-"""What a GPU run ran on, for the summaries the GPU scripts write (imported by their inline Python)."""
+"""What a GPU run ran on, for the summaries the GPU scripts write.
+
+``python3 scripts/gpu/machine.py`` prints the versions as one JSON line (the suite runner runs it with the
+steps' environment, where the plugin is importable).
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 
@@ -31,3 +36,7 @@ def versions() -> dict[str, str]:
     except Exception as exc:  # noqa: BLE001 - recorded, not raised
         found["error"] = repr(exc)
     return found
+
+
+if __name__ == "__main__":
+    print(json.dumps(versions()))

@@ -79,8 +79,7 @@ def run_world(world: int, steps: int, block: int, timeout_s: float) -> dict:
     procs = []
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRITON_RAW_SHARED_GPU": "1",
-               "NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRITON_RAW_SHARED_GPU": "1"}
         cmd = [sys.executable, __file__, "--worker", "--steps", str(steps), "--block", str(block)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     deadline = time.time() + timeout_s

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Pack a Triton wheel or an NVSHMEM installation into a bundle for scripts/gpu/other_stack.sh, small
-# enough to carry to the GPU machine (64 MiB per call): Triton without the AMD backend's libraries and
-# headers (its Python, which Triton imports, stays), CUPTI, the
+# Pack a Triton wheel or an NVSHMEM installation into a bundle for `scripts/gpu/suite.py --triton-bundle`
+# / `--nvshmem-bundle` (any suite, or `exec -- COMMAND`), small enough to carry to the GPU machine
+# (64 MiB per call): Triton without the AMD backend's libraries and headers (its Python, which Triton
+# imports, stays), CUPTI, the
 # Blackwell ptxas and the disassemblers, its libtriton.so stripped of debug info (488 -> 192 MB,
 # 43 MB with zstd); NVSHMEM with its headers, host library, UID bootstrap, IBRC transport and the
 # sm_90 device bitcode.

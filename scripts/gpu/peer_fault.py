@@ -1,11 +1,11 @@
 """Peer fault on one GPU: a PE that dies mid-call ends its peer's wait with a report, not a hang.
 
-Run from the repository root with the plugin importable (``source scripts/gpu/setup.sh`` does that)::
+It is the ``faults`` suite's step; the suite runner installs the plugin, sets NVLink multicast off and
+starts MPS, as for the tutorial suites::
 
-    python3 scripts/gpu/peer_fault.py OUT_DIR [--tutorials 1 3 2] [--bound-s 5]
+    python3 scripts/gpu/suite.py faults        # runs: peer_fault.py OUT_DIR [--tutorials 1 3 2] [--bound-s 5]
 
-For each tutorial, torchrun starts 2 PEs sharing GPU 0 (``TRITON_RAW_SHARED_GPU=1``, NVLink multicast
-off, MPS when ``nvidia-cuda-mps-control`` is there, as the tutorial suites run them) with
+For each tutorial, torchrun starts 2 PEs sharing GPU 0 (``TRITON_RAW_SHARED_GPU=1``) with
 ``TRITON_RAW_WAIT_TIMEOUT_S`` set to the bound. Both PEs make one call of the tutorial's operator and
 synchronise; then PE 1 exits, right before the next call, whose signals PE 0 then waits for (Tutorial
 1: the row signals; 3: the first barrier word; 2: the ready flag). PE 1 exits with status 0, so
@@ -15,7 +15,7 @@ PE is on another host. Checks per tutorial: the job's output holds exactly one r
 whole job ends before its step limit. Then a small Tutorial 1 check at world 1 must pass on the same
 GPU. Every step runs under a limit, the whole run within ``--budget-s``.
 
-Writes ``peer_fault.json`` (date, command, GPU, versions, MPS, per-step results and output tails) to
+Writes ``peer_fault.json`` (date, command, per-step results and output tails) to
 OUT_DIR and exits 0 when every check passed. Without a GPU it writes a skipped result and exits 0.
 """
 
@@ -35,8 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "tutorials"
-SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/peer_fault_mps_pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/peer_fault_mps_log"}
 SLACK_S = 15.0  # after the bound: the report, the trap, the host seeing the error
 STEP_LIMITS_S = {"1": 200.0, "3": 240.0, "2": 200.0, "next_job": 150.0}  # compiles included
 # The line <triton_raw/bounded_wait.h> prints when a wait expires.
@@ -182,22 +180,6 @@ def check_next_job(limit_s: float, env: dict[str, str]) -> dict:
             **run, "output_tail": out[-3000:]}  # fmt: skip
 
 
-def _mps(action: str) -> str:
-    """Start (``start``) or stop MPS with this script's own pipe folder; what happened, in words."""
-    try:
-        if action == "start":
-            for folder in MPS_DIRS.values():
-                Path(folder).mkdir(parents=True, exist_ok=True)
-            proc = subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**os.environ, **MPS_DIRS},
-                                  capture_output=True, text=True, timeout=30)  # fmt: skip
-            return "started" if proc.returncode == 0 else f"not started: {proc.stderr.strip() or proc.stdout.strip()}"
-        proc = subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env={**os.environ, **MPS_DIRS},
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
-        return "stopped" if proc.returncode == 0 else f"stop failed: {proc.stderr.strip()}"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"unavailable: {exc}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for peer_fault.json")
@@ -208,14 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "peer_fault.json"
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine.py (PYTHONSAFEPATH leaves it out)
-    import machine
-
     doc: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([sys.executable, *sys.argv]),
-        "gpu": "\n".join(machine.gpus()),
-        "versions": machine.versions(),
         "bound_s": args.bound_s,
         "steps": [],
     }
@@ -226,33 +203,25 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(doc, indent=1))
         print(f"peer_fault: SKIP (no CUDA GPU visible); wrote {path}")
         return 0
-    doc["mps"] = _mps("start")
-    env = {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1", "TRITON_RAW_SHARED_GPU": "1",
-           "TRITON_RAW_WAIT_TIMEOUT_S": str(args.bound_s), "TRITON_RAW_FINALIZE_TIMEOUT_S": "15",
-           "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}  # fmt: skip
-    if doc["mps"] == "started":
-        env.update(MPS_DIRS)
-    try:
-        for name in [*args.tutorials, "next_job"]:
-            left = args.budget_s - (time.monotonic() - began) - 15
-            limit = min(STEP_LIMITS_S[name], left)
-            if limit < 30:
-                step = {"step": name, "ok": False, "failures": ["skipped: no time left in --budget-s"]}
-            elif name == "next_job":
-                step = check_next_job(limit, env)
-            else:
-                step = check_fault(name, args.bound_s, limit, env)
-            doc["steps"].append(step)
-            print(f"{step['step']:<28} {'PASS' if step['ok'] else 'FAIL'}  {step.get('seconds', 0):>6} s  "
-                  f"{'; '.join(step['failures'])}", flush=True)  # fmt: skip
-            path.write_text(json.dumps(doc, indent=1))
-    finally:
-        if doc["mps"] == "started":
-            doc["mps_stop"] = _mps("stop")
+    env = {**os.environ, "TRITON_RAW_SHARED_GPU": "1", "TRITON_RAW_WAIT_TIMEOUT_S": str(args.bound_s),
+           "TRITON_RAW_FINALIZE_TIMEOUT_S": "15", "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}  # fmt: skip
+    for name in [*args.tutorials, "next_job"]:
+        left = args.budget_s - (time.monotonic() - began) - 15
+        limit = min(STEP_LIMITS_S[name], left)
+        if limit < 30:
+            step = {"step": name, "ok": False, "failures": ["skipped: no time left in --budget-s"]}
+        elif name == "next_job":
+            step = check_next_job(limit, env)
+        else:
+            step = check_fault(name, args.bound_s, limit, env)
+        doc["steps"].append(step)
+        print(f"{step['step']:<28} {'PASS' if step['ok'] else 'FAIL'}  {step.get('seconds', 0):>6} s  "
+              f"{'; '.join(step['failures'])}", flush=True)  # fmt: skip
+        path.write_text(json.dumps(doc, indent=1))
     doc["passed"] = all(s["ok"] for s in doc["steps"])
     doc["seconds"] = round(time.monotonic() - began, 1)
     path.write_text(json.dumps(doc, indent=1))
-    print(f"peer_fault: {'PASS' if doc['passed'] else 'FAIL'} in {doc['seconds']} s; MPS {doc['mps']}; wrote {path}")
+    print(f"peer_fault: {'PASS' if doc['passed'] else 'FAIL'} in {doc['seconds']} s; wrote {path}")
     return 0 if doc["passed"] else 1
 
 

@@ -1,25 +1,27 @@
 """GPU suite for triton_raw_ext.runtime: several NVSHMEM PEs sharing one GPU (shared-GPU mode).
 
-Run from the repository root, with the package importable (e.g. PYTHONPATH=/tmp/site):
+Run through the suite runner, which installs the package, sets the NVLink-multicast-off variables
+and starts MPS (PEs sharing one GPU need it):
 
-    python3 scripts/gpu/runtime_suite.py
+    python3 scripts/gpu/suite.py runtime
 
-It starts MPS (unless already running; stopped again at the end), then for world sizes 1, 2 and 4
-runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check: init, put/get and
-put-with-signal + wait from kernels (raw NVSHMEM), barrier, peer() views, peer() errors, symmetric
-tensors freed once. Then host on-stream put/get from a load_host helper at world 1: NVSHMEM refuses
-host-initiated on-stream calls when PEs share a GPU in its default "limited MPG" mode, and its full
-mode (each PE's MPS share set to 100/PEs) hung or faulted on the H200 (docs/runtime.md). Then 20
-init/finalize cycles in fresh processes, that a rank raising mid-run ends its peers with an error in
-bounded time, and allocations while a peer's stream barrier still runs (2 PEs; one PE per GPU, before
-MPS starts, on a host with two or more GPUs, where NVSHMEM's barriers run on the device; else sharing
-the GPU). Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL
-table as it goes and writes JSON (date, GPU, versions, command, per-check results and timings) to
-$OUT, else bench/results/, after every stage. Exit status: 0 when every check passed.
+For world sizes 1, 2 and 4 it runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check:
+init, put/get and put-with-signal + wait from kernels (raw NVSHMEM), barrier, peer() views, peer()
+errors, symmetric tensors freed once. Then host on-stream put/get from a load_host helper at world 1:
+NVSHMEM refuses host-initiated on-stream calls when PEs share a GPU in its default "limited MPG" mode,
+and its full mode (each PE's MPS share set to 100/PEs) hung or faulted on the H200 (docs/runtime.md).
+Then 20 init/finalize cycles in fresh processes, that a rank raising mid-run ends its peers with an
+error in bounded time, and allocations while a peer's stream barrier still runs (2 PEs; one PE per
+GPU on a host with two or more GPUs, where NVSHMEM's barriers run on the device, and there first,
+without MPS: the runner runs ``--stages alloc_skew`` and ``--skip alloc_skew`` as two steps; else
+sharing the GPU). Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL table
+as it goes and writes JSON (date, GPU, versions, command, per-check results and timings) to ``--out``
+after every stage. Exit status: 0 when every check passed.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -33,7 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 WORLD_SIZES = (1, 2, 4)
 CYCLES = int(os.environ.get("RUNTIME_SUITE_CYCLES", "20"))
 CORE_TIMEOUT_S = float(os.environ.get("RUNTIME_SUITE_CORE_TIMEOUT_S", "300"))  # includes the helpers' nvcc builds
@@ -357,7 +358,6 @@ def worker_env(rank: int, world: int, port: int, shared_gpu: bool = True) -> dic
     PE ``rank`` on GPU ``rank`` over the loopback interface."""
     env = dict(
         os.environ,
-        **SAFE_ENV,
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         RANK=str(rank),
@@ -479,38 +479,24 @@ def check_raise(world: int) -> dict:
 
 @dataclass(frozen=True)
 class Stage:
-    """A step of the suite: what it checks, the call that runs it, and whether it needs MPS."""
+    """A step of the suite: what it checks and the call that runs it."""
 
     name: str
     run: Callable[[], list[dict]]
-    under_mps: bool = True
 
 
 def stages(gpus: int) -> list[Stage]:
-    """The suite's steps in order for a host with ``gpus`` GPUs: those without MPS first."""
+    """The suite's steps in order for a host with ``gpus`` GPUs: the one that needs no MPS (one PE per
+    GPU) first."""
     one_pe_per_gpu = gpus >= 2
     alloc_skew = Stage(
         "alloc_skew",
         lambda: check_core(2, "alloc_skew", ALLOC_SKEW_TIMEOUT_S, shared_gpu=not one_pe_per_gpu),
-        under_mps=not one_pe_per_gpu,
     )
     steps = [Stage(f"world{w}", lambda w=w: check_core(w)) for w in WORLD_SIZES]
     steps += [Stage("world1-host_stream", lambda: check_core(1, "host_stream")),
               Stage("cycles", lambda: [check_cycles(2)]), Stage("raise", lambda: [check_raise(2)])]  # fmt: skip
     return [alloc_skew, *steps] if one_pe_per_gpu else [*steps, alloc_skew]
-
-
-def _mps(action: str) -> str:
-    try:
-        if action == "start":
-            if subprocess.run(["pgrep", "-x", "nvidia-cuda-mps"], capture_output=True).returncode == 0:
-                return "already running"
-            proc = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True, timeout=30)
-            return "started" if proc.returncode == 0 else f"failed: {proc.stderr.strip()}"
-        proc = subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", capture_output=True, text=True, timeout=30)
-        return "stopped" if proc.returncode == 0 else f"stop failed: {proc.stderr.strip()}"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"unavailable: {exc}"
 
 
 def _environment() -> dict:
@@ -523,7 +509,7 @@ def _environment() -> dict:
     )
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=dict(os.environ, **SAFE_ENV)
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
         )
         info.update(json.loads(proc.stdout.strip().splitlines()[-1]))
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
@@ -537,37 +523,36 @@ def _environment() -> dict:
 
 
 def main() -> int:
-    os.environ.update(SAFE_ENV)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "bench" / "results")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--stages", nargs="+", help="run only these stages (names as in stages())")
+    choice.add_argument("--skip", nargs="+", default=[], help="run every stage but these")
+    args = parser.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
     report: dict = {
         "date": started.isoformat(),
         "command": " ".join([sys.executable, *sys.argv]),
         "environment": _environment(),
     }
-    report["mps"] = "not started"
-    out_dir = Path(os.environ.get("OUT") or Path(__file__).resolve().parents[2] / "bench" / "results")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"runtime_suite-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"runtime_suite-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     checks: list[dict] = []
     report["checks"], report["passed"] = checks, False
+    chosen = [s for s in stages(report["environment"].get("gpus", 1))
+              if (args.stages is None or s.name in args.stages) and s.name not in args.skip]  # fmt: skip
     print(f"{'check':<40}  result  seconds", flush=True)
-    try:
-        for stage in stages(report["environment"].get("gpus", 1)):  # printed and saved per stage
-            if stage.under_mps and report["mps"] == "not started":
-                report["mps"] = _mps("start")
-            for c in stage.run():
-                checks.append(c)
-                print(f"{c['check']:<40}  {'PASS' if c['ok'] else 'FAIL':<6}  {c['seconds']:>7}", flush=True)
-                if not c["ok"] and c["detail"]:
-                    print(f"    {c['detail'][:800]}", flush=True)
-            report["passed"] = all(c["ok"] for c in checks) and len(checks) > 0
-            path.write_text(json.dumps(report, indent=2))
-    finally:
-        if report["mps"] == "started":
-            report["mps_stop"] = _mps("stop")
+    for stage in chosen:  # printed and saved per stage
+        for c in stage.run():
+            checks.append(c)
+            print(f"{c['check']:<40}  {'PASS' if c['ok'] else 'FAIL':<6}  {c['seconds']:>7}", flush=True)
+            if not c["ok"] and c["detail"]:
+                print(f"    {c['detail'][:800]}", flush=True)
+        report["passed"] = all(c["ok"] for c in checks) and len(checks) > 0
+        path.write_text(json.dumps(report, indent=2))
     report["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)
     path.write_text(json.dumps(report, indent=2))
-    print(f"{'ALL PASS' if report['passed'] else 'SOME CHECKS FAILED'} in {report['seconds']} s; MPS {report['mps']}")
+    print(f"{'ALL PASS' if report['passed'] else 'SOME CHECKS FAILED'} in {report['seconds']} s")
     print(f"wrote {path}")
     return 0 if report["passed"] else 1
 

@@ -1,9 +1,7 @@
-# Source this on the GPU machine (repo root): installs the plugin into /tmp/site, provides clang
-# from the Debian packages carried in .debs/ (the machine has no clang and no registry access),
-# sets the NVLink-multicast-off variables, and collects results under $RESULTS.
+# Sourced by scripts/gpu/suite.py on the GPU machine (repo root): installs the plugin into /tmp/site and
+# provides clang from the Debian packages carried in .debs/ (the machine has no clang and no registry
+# access). The variables every step needs besides (NVLink multicast off, ...) are set by suite.py.
 set -euo pipefail
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export PYTHONFAULTHANDLER=1  # a Python process sent SIGABRT prints every thread's stack (timeout_with_stacks)
 if ! command -v clang-22 >/dev/null && [ -d .debs ]; then
   root=/tmp/clang-root
   debs=$(ls .debs/*.deb | sha1sum)  # clang-22, libclang-cpp22, libllvm22, libclang-common-22-dev, libz3-4
@@ -31,8 +29,3 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 # The checkout's triton_raw_ext/ must not shadow that install, which maps passes/ and runtime/ into the
 # package: no current folder on sys.path for `python3 -m`/`-c` (scripts put the folders they need there).
 export PYTHONSAFEPATH=1
-export RESULTS=${RESULTS:-/tmp/results}
-mkdir -p "$RESULTS"
-start_mps() { nvidia-cuda-mps-control -d 2>/dev/null || true; }
-stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null || true; }
-source "$(dirname "${BASH_SOURCE[0]}")/stacks.sh"  # timeout_with_stacks

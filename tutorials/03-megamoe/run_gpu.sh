@@ -1,4 +1,3 @@
 #!/usr/bin/env bash
-# Correctness + benchmark of Tutorial 3 on a GPU box (the main job's entry): the GPU suite.
-# Run from anywhere; results go to $OUT (else bench/results/).
-cd "$(dirname "$0")/../.." && exec bash scripts/gpu/tutorial3_suite.sh "$@"
+# Tutorial 3 on the GPU machine: its suite (`t3` in scripts/gpu/suites.py); arguments go to the runner.
+cd "$(dirname "$0")/../.." && exec python3 scripts/gpu/suite.py t3 "$@"

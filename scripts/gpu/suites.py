@@ -1,0 +1,344 @@
+"""The GPU suites: each a list of steps (name, command, time limit) and, for some, a report read back
+from the JSON their steps wrote. ``suite.py`` runs them; nothing here starts a process.
+
+A step's command names its own results folder as ``{dir}``; the runner replaces it. Suites are built
+for the number of GPUs the host has (``gpus``) and read their parameters from the environment
+(``WORLDS``, ``TUTORIALS``, ``T1_VARIANTS``, ``T2_CONFIGS``, ``VARIANTS``, ``W``, ``SHAPES``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+T1 = "tutorials/01-allreduce-rmsnorm"
+T2 = "tutorials/02-allgather-gemm"
+T3 = "tutorials/03-megamoe"
+TORCHRUN = ("python3", "-m", "torch.distributed.run")
+TOOLCHAIN = """
+import torch, triton
+from triton_raw_ext.toolchain import find_clang
+print(torch.cuda.device_count(), torch.cuda.get_device_name(), torch.__version__, triton.__version__,
+      find_clang().identity)"""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a suite.
+
+    ``timeout_s`` bounds it (less when the suite's budget has less left). ``shared_gpu``: its PEs
+    share GPU 0, so it runs with MPS on and ``TRITON_RAW_SHARED_GPU=1``. ``benchmark``: exit status 2
+    means "ran, a performance goal was missed" (GOAL_MISSED, reported, not failed). ``required``:
+    whether a failure fails the suite.
+    """
+
+    name: str
+    command: tuple[str, ...]
+    timeout_s: int
+    shared_gpu: bool = False
+    benchmark: bool = False
+    required: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+
+
+Report = Callable[[Path, dict[str, dict]], tuple[list[str], dict]]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Steps run in order within ``budget_s`` (setup included), with ``env`` for every step;
+    ``report(out, results)`` returns lines to print after the table and what to add to the JSON."""
+
+    name: str
+    steps: list[Step]
+    budget_s: int
+    env: dict[str, str] = field(default_factory=dict)
+    report: Report | None = None
+    parts: list[tuple[Suite, int]] = field(default_factory=list)  # a suite of suites: (suite, its cap in s)
+
+
+def _load(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _torchrun(world: int, script: str, *args: str, standalone: bool = True) -> tuple[str, ...]:
+    launch = (*TORCHRUN, "--standalone") if standalone else TORCHRUN
+    return (*launch, f"--nproc_per_node={world}", script, *args)
+
+
+def core(gpus: int) -> Suite:
+    """The compiler core: the GPU tests, elementwise bandwidth vs pure Triton, the NVSHMEM ring at 1, 2
+    and 4 PEs on GPU 0."""
+    return Suite("core", [
+        Step("doctor", ("triton-raw", "doctor"), 60, required=False),
+        Step("pytest", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test/test_gpu_core.py"), 240),
+        Step("bandwidth", ("python3", "bench/elementwise_bandwidth.py", "--out", "{dir}"), 120),
+        Step("ring", ("python3", "scripts/gpu/nvshmem_ring.py", "--world", "1", "2", "4", "--steps", "20",
+                      "--out", "{dir}"), 400, shared_gpu=True),
+    ], budget_s=540)  # fmt: skip
+
+
+def runtime(gpus: int, cycles: str | None = None, core_timeout_s: str | None = None) -> Suite:
+    """triton_raw_ext.runtime with several PEs on GPU 0; on a host with two GPUs or more the
+    allocation-skew check runs first, one PE per GPU and without MPS (runtime_suite.stages)."""
+    env = {k: v for k, v in (("RUNTIME_SUITE_CYCLES", cycles), ("RUNTIME_SUITE_CORE_TIMEOUT_S", core_timeout_s)) if v}
+    script = ("python3", "scripts/gpu/runtime_suite.py", "--out", "{dir}")
+    if gpus >= 2:
+        steps = [Step("alloc_skew", (*script, "--stages", "alloc_skew"), 150),
+                 Step("checks", (*script, "--skip", "alloc_skew"), 480, shared_gpu=True, env=env)]  # fmt: skip
+    else:
+        steps = [Step("checks", script, 480, shared_gpu=True, env=env)]
+    return Suite("runtime", steps, budget_s=540)
+
+
+def _t1_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
+    """Tutorial 1's world-1 benchmark (CUDA graphs, p50) against torch.compile, with its goals."""
+    bench = (_load(out / "bench_w1" / "bench.json") or {}).get("rows", [])
+    graph = {(r["impl"], r["T"], r["H"]): r for r in bench if r.get("mode") == "graph" and "p50_us" in r}
+    if not graph:
+        return [], {}
+    lines = [f"{'benchmark (graph, p50)':<24} {'fused us':>9} {'compile us':>10} {'fused TB/s':>10}  goal"]
+    for (impl, t, h), r in sorted(graph.items(), key=lambda kv: -kv[0][1]):
+        if impl != "fused":
+            continue
+        base = graph.get(("compile", t, h))
+        if t == 4096 and h == 8192:
+            goal = ">= 3.6 TB/s: " + ("MET" if r["tbps_p50"] >= 3.6 else "MISSED")
+        elif base and t <= 128:
+            goal = "<= torch.compile: " + ("MET" if r["p50_us"] <= base["p50_us"] else "MISSED")
+        else:
+            goal = ""
+        base_us = f"{base['p50_us']:10.2f}" if base else f"{'-':>10}"
+        lines.append(f"T={t:<5} H={h:<14} {r['p50_us']:9.2f} {base_us} {r['tbps_p50']:10.2f}  {goal}")
+    return lines, {}
+
+
+def t1(gpus: int) -> Suite:
+    """Tutorial 1 on one GPU: compile every variant, the shape table and the benchmark at world 1, then
+    2 and 4 PEs sharing the GPU; with several GPUs also the check and benchmark one PE per GPU."""
+    warm = ("python3", f"{T1}/aot.py", "--warm", "2048", "4096", "7168", "8192", "--worlds", "1", "2", "4",
+            "--jobs", "12")  # fmt: skip
+    twoshot = ("--algorithm", "twoshot", "--tokens", "1", "64", "1024", "4096", "--hidden", "2048", "7168",
+               "--graph-tokens", "1024")  # fmt: skip
+    shared = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    steps = [
+        Step("toolchain", ("python3", "-c", TOOLCHAIN), 60),
+        Step("compile", warm, 120),
+        Step("correct_w1", ("python3", f"{T1}/allreduce.py", "--graph-tokens", "1", "128", "4096",
+                            "--json", "{dir}/correct.json"), 90),
+        Step("bench_w1", ("python3", f"{T1}/benchmark.py", "--shapes", "4096x8192", "128x8192", "64x8192",
+                          "16x8192", "1x8192", "--json", "{dir}/bench.json"), 110),
+        Step("correct_w2", _torchrun(2, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+                                     "--json", "{dir}/correct.json"), 75, shared_gpu=True, env=shared),
+        Step("correct_w2_twoshot", _torchrun(2, f"{T1}/allreduce.py", *twoshot, "--json", "{dir}/correct.json"),
+             45, shared_gpu=True, env=shared),
+        Step("correct_w2_twoshot_puts", _torchrun(2, f"{T1}/allreduce.py", *twoshot, "--push", "puts",
+                                                  "--json", "{dir}/correct.json"), 45, shared_gpu=True, env=shared),
+        Step("correct_w4", _torchrun(4, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+                                     "--json", "{dir}/correct.json"), 90, shared_gpu=True, env=shared),
+    ]  # fmt: skip
+    if gpus > 1:
+        steps += [
+            Step(f"correct_w{gpus}_per_gpu", _torchrun(gpus, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+                                                       "--json", "{dir}/correct.json"), 120),
+            Step(f"bench_w{gpus}_per_gpu", _torchrun(gpus, f"{T1}/benchmark.py", "--json", "{dir}/bench.json"), 150),
+        ]  # fmt: skip
+    return Suite("t1", steps, budget_s=345 if gpus == 1 else 540, env={"NVSHMEM_SYMMETRIC_SIZE": "4G"},
+                 report=_t1_goals)  # fmt: skip
+
+
+def t1_sweep(gpus: int) -> Suite:
+    """Tutorial 1's launch choices side by side at world ``W`` (default 2, one PE per GPU): the graph
+    benchmark of the default op, of every variant in ``VARIANTS`` (PUSH:N[:WARPS[:ROWS]]) and of NCCL +
+    torch.compile in one run, then each variant's check."""
+    variants = os.environ.get("VARIANTS", "").split()
+    if not variants:
+        raise SystemExit('t1_sweep: set VARIANTS, e.g. VARIANTS="stores:2 puts:2"')
+    world = int(os.environ.get("W", "2"))
+    shapes = os.environ.get("SHAPES", "1x2048 128x2048 1024x2048 4096x2048 1x8192 128x8192 1024x8192 4096x8192")
+    steps = [Step("sweep", _torchrun(world, f"{T1}/benchmark.py", "--mode", "graph", "--shapes", *shapes.split(),
+                                     "--variants", *variants, "--json", "{dir}/sweep.json"), 420)]  # fmt: skip
+    for v in variants:
+        push, _, tuning = v.partition(":")
+        steps.append(Step(f"correct_{v.replace(':', '_')}", _torchrun(
+            world, f"{T1}/allreduce.py", "--tokens", "1", "128", "1024", "4096", "--hidden", "2048", "8192",
+            "--dtypes", "bf16", "--graph-tokens", "4096", "--push", push, "--tuning", tuning,
+            "--json", "{dir}/correct.json"), 90))  # fmt: skip
+
+    def table(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
+        rows = [r for r in (_load(out / "sweep" / "sweep.json") or {}).get("rows", []) if "p50_us" in r]
+        impls = list(dict.fromkeys(r["impl"] for r in rows))
+        p50 = {(r["H"], r["T"], r["impl"]): r["p50_us"] for r in rows}
+        lines = [f"{'H':>5} {'T':>5} " + " ".join(f"{i[:18]:>18}" for i in impls)]
+        for h, t in sorted({(r["H"], r["T"]) for r in rows}):
+            lines.append(f"{h:5d} {t:5d} " + " ".join(f"{p50.get((h, t, i), float('nan')):18.1f}" for i in impls))
+        return lines, {}
+
+    env = {"NVSHMEM_SYMMETRIC_SIZE": "6G", "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}
+    return Suite("t1_sweep", steps, budget_s=540, env=env, report=table)
+
+
+def t2(gpus: int) -> Suite:
+    """Tutorial 2 on one GPU: the five shapes in bf16 and fp16 at world 1, the benchmark of every candidate
+    config against torch.matmul, then the five shapes with 2 and 4 PEs sharing the GPU."""
+    shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",
+              "NVSHMEM_SYMMETRIC_SIZE": "3G"}  # 2*world*m*k*2 bytes: 1.9 GB at world 4, k=28672  # fmt: skip
+    return Suite("t2", [
+        Step("w1_correct", ("python3", f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"), 110),
+        Step("bench_w1", ("python3", f"{T2}/benchmark.py", "--configs", "all", "--out", "{dir}"), 110),
+        Step("w2_shared", _torchrun(2, f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"), 150, shared_gpu=True,
+             env=shared),
+        Step("w4_shared", _torchrun(4, f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"), 180, shared_gpu=True,
+             env=shared),
+    ], budget_s=480)  # fmt: skip
+
+
+def t3(gpus: int) -> Suite:
+    """Tutorial 3 on one GPU: correctness at world 1 (small shapes, the production per-rank load, all 128
+    experts local), L1 and L2 as one persistent launch, the benchmark, the same in FP8, then 2 and 4 PEs
+    sharing the GPU at small shapes and the production shape (2 PEs also in FP8)."""
+    megamoe = ("python3", f"{T3}/megamoe.py")
+    big = {"NVSHMEM_SYMMETRIC_SIZE": "2G"}
+    return Suite("t3", [
+        Step("w1_small", (*megamoe, "--cases", "small", "--json", "{dir}/correct.json"), 75),
+        Step("w1_production", (*megamoe, "--cases", "equiv", "prod", "--json", "{dir}/correct.json"), 80),
+        Step("w1_persistent_gemms", (*megamoe, "--persistent-gemms", "--cases", "small", "prod", "--routing",
+                                     "skewed", "random", "--iters", "3", "--json", "{dir}/correct.json"), 80),
+        Step("benchmark_w1", ("python3", f"{T3}/benchmark.py", "--out", "{dir}"), 55),
+        Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "--json", "{dir}/correct.json"),
+             75),
+        Step("benchmark_w1_fp8", ("python3", f"{T3}/benchmark.py", "--precision", "fp8", "--out", "{dir}"), 50),
+        Step("w2_shared_gpu_mps", _torchrun(2, f"{T3}/megamoe.py", "--cases", "small", "prod", "--json",
+                                            "{dir}/correct.json", standalone=False), 110, shared_gpu=True, env=big),
+        Step("w4_shared_gpu_mps", _torchrun(4, f"{T3}/megamoe.py", "--cases", "small", "prod", "--json",
+                                            "{dir}/correct.json", standalone=False), 140, shared_gpu=True, env=big),
+        Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}/megamoe.py", "--precision", "fp8", "--cases", "small",
+                                                "--json", "{dir}/correct.json", standalone=False), 75,
+             shared_gpu=True),
+    ], budget_s=540)  # fmt: skip
+
+
+def t3_tune(gpus: int) -> Suite:
+    """Tutorial 3's grouped-GEMM tile sweeps at the production per-rank load, bf16 and fp8."""
+    return Suite("t3_tune", [
+        Step("tune_bf16", ("python3", f"{T3}/tune_gemms.py", "--out", "{dir}"), 90),
+        Step("tune_fp8", ("python3", f"{T3}/tune_gemms.py", "--precision", "fp8", "--out", "{dir}"), 80),
+    ], budget_s=200)  # fmt: skip
+
+
+def faults(gpus: int) -> Suite:
+    """A PE that dies mid-call ends its peer's bounded wait with a report, for Tutorials 1, 3 and 2 with
+    2 PEs sharing GPU 0, and the next job on the GPU runs (peer_fault.py judges each)."""
+    return Suite("faults", [
+        Step("peer_fault", ("python3", "scripts/gpu/peer_fault.py", "{dir}", "--budget-s", "500"), 520,
+             shared_gpu=True),
+    ], budget_s=540)  # fmt: skip
+
+
+def every_one_gpu_suite(gpus: int) -> Suite:
+    """Every one-GPU suite in one bounded call: each part gets at most its cap (about what it takes on
+    an H200 with a cold cache, plus a margin) and what the 540 s budget has left; a step that would
+    start with under 30 s left is skipped. The runtime suite runs 5 init/finalize cycles here, not 20."""
+    parts = [(core(gpus), 100), (runtime(gpus, cycles="5", core_timeout_s="45"), 110), (t1(gpus), 130),
+             (t2(gpus), 100), (t3(gpus), 160)]  # fmt: skip
+    return Suite("all", [], budget_s=540, parts=parts)
+
+
+T2_SHAPES = ("1024x1024x1024", "4096x1024x8192", "4096x8192x8192", "8192x8192x8192", "4096x8192x28672")
+
+
+def multi_gpu_worlds(gpus: int) -> list[int]:
+    """The world sizes of ``WORLDS`` (default 2 4 8) that fit the host."""
+    return [w for w in map(int, os.environ.get("WORLDS", "2 4 8").split()) if 2 <= w <= gpus]
+
+
+def multi_gpu(gpus: int) -> Suite:
+    """The three tutorials one PE per GPU at every world size of ``WORLDS`` that fits (no MPS, no
+    shared-GPU mode), with the NCCL baselines timed in the same runs; ``TUTORIALS`` (default 1 2 3)
+    picks the tutorials, ``T1_VARIANTS`` (default puts:8) the T1 op variants timed and checked beside
+    the default, ``T2_CONFIGS`` (default or all) T2's tile configs."""
+    worlds = multi_gpu_worlds(gpus)
+    if not worlds:
+        raise SystemExit(f"multi_gpu: no world size in WORLDS='{os.environ.get('WORLDS', '2 4 8')}' fits the "
+                         f"{gpus} GPU(s) nvidia-smi lists; run on a host with >= 2 GPUs or set WORLDS")  # fmt: skip
+    wanted = os.environ.get("TUTORIALS", "1 2 3").split()
+    variants = os.environ.get("T1_VARIANTS", "puts:8").split()
+    t1_shapes = [f"{t}x{h}" for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]
+    steps = [Step("toolchain", ("python3", "-c", TOOLCHAIN), 60)]
+    if "1" in wanted:
+        steps.append(Step("t1_compile", ("python3", f"{T1}/aot.py", "--warm", "2048", "4096", "7168", "8192",
+                                         "--worlds", *map(str, worlds), "--jobs", "16"), 120))  # fmt: skip
+    for w in worlds:
+        if "1" in wanted:
+            steps.append(Step(f"t1_correct_w{w}", _torchrun(w, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+                                                            "--json", "{dir}/correct.json"), 90))  # fmt: skip
+            for v in variants:
+                push, _, tuning = v.partition(":")
+                steps.append(Step(f"t1_correct_w{w}_{v.replace(':', '_')}", _torchrun(
+                    w, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096", "--push", push, "--tuning", tuning,
+                    "--json", "{dir}/correct.json"), 90))  # fmt: skip
+            steps.append(Step(f"t1_bench_w{w}", _torchrun(w, f"{T1}/benchmark.py", "--shapes", *t1_shapes,
+                                                          "--variants", *variants, "--json", "{dir}/bench.json"),
+                              150, benchmark=True))  # fmt: skip
+        if "2" in wanted:
+            steps.append(Step(f"t2_correct_w{w}", _torchrun(w, f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"),
+                              120))  # fmt: skip
+            steps.append(Step(f"t2_bench_w{w}", _torchrun(w, f"{T2}/benchmark.py", "--shapes", *T2_SHAPES, "--configs",
+                                                          os.environ.get("T2_CONFIGS", "default"), "--out", "{dir}"),
+                              240, benchmark=True))  # fmt: skip
+        if "3" in wanted:
+            steps.append(Step(f"t3_correct_w{w}", _torchrun(w, f"{T3}/megamoe.py", "--cases", "small", "prod",
+                                                            "--json", "{dir}/correct.json"), 120))  # fmt: skip
+            steps.append(Step(f"t3_bench_w{w}", _torchrun(w, f"{T3}/benchmark.py", "--experts", "128", "--out",
+                                                          "{dir}"), 120, benchmark=True))  # fmt: skip
+    env = {"NVSHMEM_SYMMETRIC_SIZE": "6G",  # T2 at W=8: 3.8 GB for k=28672 (two buffers)
+           "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NCCL_DEBUG": "WARN"}  # fmt: skip
+    return Suite("multi_gpu", steps, budget_s=530, env=env, report=lambda out, results: _goals(out, worlds))
+
+
+def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
+    """The goal verdicts read back from the benchmarks' JSON."""
+    goals, lines = [], []
+    for w in worlds:
+        if (d := _load(out / f"t1_bench_w{w}" / "bench.json")) and d.get("goal"):
+            g = d["goal"]
+            for mode, met in g["met"].items():
+                cases = [c for c in g["cases"] if c["mode"] == mode]
+                small = min((c["speedup"] for c in cases if c["T"] <= 128), default=float("nan"))
+                big = min((c["speedup"] for c in cases if c["T"] > 128), default=float("nan"))
+                goals.append({"tutorial": 1, "world": w, "mode": mode, "met": met, "min_speedup_T_le_128": small,
+                              "min_speedup_T_gt_128": big})  # fmt: skip
+                lines.append(f"T1 w{w} {mode:5}: vs nccl+compile min {small:.2f}x at T<=128 (goal 1.3), "
+                             f"min {big:.2f}x above (goal 1.0) -> {'MET' if met else 'NOT MET'}")  # fmt: skip
+        for p in sorted((out / f"t2_bench_w{w}").glob("*.json")):
+            if (d := _load(p)) and d.get("goal"):
+                g = d["goal"]
+                shape = "x".join(map(str, d["shape"]))
+                goals.append({"tutorial": 2, "world": w, "shape": shape, **g})
+                vs = f"{g['speed_vs_torch']:.2f}x" if g.get("speed_vs_torch") else "no"
+                lines.append(f"T2 w{w} {shape:>16}: AG-GEMM {g['ratio_vs_gemm_alone']:.3f}x GEMM alone (goal <= 1.05), "
+                             f"{vs} torch all_gather+matmul -> {'MET' if g['met'] else 'NOT MET'}")  # fmt: skip
+        for p in sorted((out / f"t3_bench_w{w}").glob("*.json")):
+            if d := _load(p):
+                t, tf, base = d["times_ms"], d["tflops_per_gpu"], d["baseline"]
+                goals.append({"tutorial": 3, "world": w, "layer_us": t["megamoe_eager_ms"] * 1e3,
+                              "baseline": base, "baseline_us": t[f"{base}_ms"] * 1e3,
+                              "layer_tflops_per_gpu": tf["megamoe_eager"], "baseline_tflops_per_gpu": tf[base],
+                              "speedup": d["speedup_vs_baseline"], "errors": d["errors"]})  # fmt: skip
+                lines.append(f"T3 w{w}: layer {t['megamoe_eager_ms'] * 1e3:.1f} us ({tf['megamoe_eager']:.0f} TFLOP/s "
+                             f"per GPU), {base} {t[f'{base}_ms'] * 1e3:.1f} us ({tf[base]:.0f}): "
+                             f"{d['speedup_vs_baseline']:.2f}x")  # fmt: skip
+    lines = ["goals:", *lines] if lines else ["no benchmark JSON to read goals from"]
+    return lines, {"worlds": worlds, "goals": goals}
+
+
+SUITES: dict[str, Callable[[int], Suite]] = {
+    "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
+    "faults": faults, "multi_gpu": multi_gpu, "all": every_one_gpu_suite,
+}  # fmt: skip
