@@ -125,7 +125,8 @@ def _abi_param(arg: llvm.ValueRef, index: int) -> tuple[str, list[str], str]:
         struct = byval[len("byval(") : -1].lstrip("%")
         abi = _struct_scalar(struct)
         if abi is None:
-            raise TypeError(f"parameter {arg.name or index!r} is a struct passed by value (%{struct}), which Triton "
+            shown = re.sub(r"\.\d+$", "", struct)  # LLVM numbers a type name again in each module it parses
+            raise TypeError(f"parameter {arg.name or index!r} is a struct passed by value (%{shown}), which Triton "
                             f"cannot pass; take its fields as separate parameters (a __half2 as two __half), or a "
                             f"pointer to it")
         align = next((x for x in attrs if x.startswith("align ")), "align 2")
