@@ -169,3 +169,37 @@ def fake_gpu_host(tmp_path: Path, script: str, gpus: int, fake_python: str | Non
     if fake_python is not None:
         _executable(bin_dir / "python3", fake_python.format(real=sys.executable))
     return gpu_dir / script, bin_dir
+
+
+def cubin_symbols(cubin: bytes) -> dict[str, bool]:
+    """The named symbols of an ELF cubin's symbol tables, each with whether it is defined (its section
+    index is not 0). Raises AssertionError unless ``cubin`` is an executable 64-bit ELF."""
+    import struct
+
+    assert cubin[:4] == ELF_MAGIC and cubin[4] == 2, "not a 64-bit ELF"
+    assert struct.unpack_from("<H", cubin, 0x10)[0] == 2, "not an executable ELF (ET_EXEC): the link did not run"
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    symbols: dict[str, bool] = {}
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size, entsize):
+            name_at, _, _, shndx = struct.unpack_from("<IBBH", cubin, at)
+            name = cubin[strings + name_at : cubin.index(b"\0", strings + name_at)].decode()
+            if name:
+                symbols[name] = symbols.get(name, False) or shndx != 0
+    return symbols
+
+
+def assert_nvshmem_linked(compiled) -> None:
+    """The kernel's cubin is executable, defines NVSHMEM's device state and every collective that was linked
+    as a precompiled object, and leaves nothing undefined but the driver's reserved shared-memory symbols."""
+    symbols = cubin_symbols(compiled.asm["cubin"])
+    undefined = [name for name, defined in symbols.items() if not defined and not name.startswith(".nv.reserved")]
+    assert not undefined, f"unresolved symbols in the cubin: {undefined}"
+    assert symbols.get("nvshmemi_device_state_d"), "NVSHMEM's device state must be defined in the cubin"
+    objects = compiled.metadata.raw_nvshmem_objects
+    assert all(symbols.get(name) for name in objects), f"collectives missing from the cubin: {objects}"

@@ -11,6 +11,11 @@ It wraps the NVIDIA backend's `llir` stage:
 2. NVSHMEM: if the optimized kernel IR still declares NVSHMEM functions, NVSHMEM's device bitcode
    is linked once (:mod:`triton_raw_ext.nvshmem_link`).
 
+It wraps the `cubin` stage too: a kernel whose `llir` stage left NVSHMEM collectives to link as
+precompiled objects is assembled by Triton's ptxas as relocatable code (``-c``) and linked with
+them by nvlink (:mod:`triton_raw_ext.nvshmem_objects`); every other kernel goes through the stage
+it found.
+
 It chains with a previously installed ``add_stages_inspection_hook`` (called first), and leaves a
 kernel without raw calls to the stage it found, untouched. Where Triton puts the hook into its cache
 keys (3.7 and newer), the key is the plugin's code digest.
@@ -29,6 +34,7 @@ from triton.backends.nvidia.compiler import sm_arch_from_capability
 from .cu_compiler import SIGNATURE_FILE
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
+from .nvshmem_objects import link_kernel, register_limit
 from .triton_version import stage_hook
 from .version import code_digest
 
@@ -72,9 +78,26 @@ def _wrap_llir(backend, stages: dict, options, capability: int) -> None:
     stages["llir"] = make_llir
 
 
+def _wrap_cubin(backend, stages: dict, options) -> None:
+    original = stages["cubin"]
+
+    def make_cubin(src, metadata):
+        collectives = metadata.get("raw_nvshmem_objects")
+        if not collectives:
+            return original(src, metadata)
+        relocatable = dataclasses.replace(options, ptx_options=" ".join(filter(None, [options.ptx_options, "-c"])))
+        kernel = backend.make_cubin(src, metadata, relocatable, backend.target.arch)
+        limit = register_limit(options.num_warps, getattr(options, "maxnreg", None))
+        return link_kernel(kernel, collectives, backend.target.arch, limit)
+
+    stages["cubin"] = make_cubin
+
+
 def _add_stages(backend, stages: dict, options, language, capability: int) -> None:
     if backend.target.backend == "cuda" and "llir" in stages:
         _wrap_llir(backend, stages, options, capability)
+    if backend.target.backend == "cuda" and "cubin" in stages:
+        _wrap_cubin(backend, stages, options)
 
 
 def install() -> None:

@@ -1,7 +1,8 @@
 """Settings a user may change from Python; each defaults to its environment variable.
 
 ``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``;
-``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc and llvm-link run.
+``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc, llvm-link, ptxas and
+nvlink run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ class _Knobs:
     """Attribute access reads the override if set, else the environment variable."""
 
     _env = {"clang": "TRITON_RAW_CLANG", "llvm_link": "TRITON_RAW_LLVM_LINK", "cache_dir": "TRITON_RAW_CACHE_DIR",
-            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S"}
+            "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S", "nvlink": "TRITON_RAW_NVLINK"}
 
     def __init__(self) -> None:
         self._overrides: dict[str, str | None] = {}
@@ -36,10 +37,11 @@ class _Knobs:
             self._overrides.pop(name, None)  # back to the environment variable
         else:
             self._overrides[name] = value
-        from .toolchain import find_clang, find_llvm_link
+        from .toolchain import find_clang, find_llvm_link, find_nvlink
 
         find_clang.cache_clear()
         find_llvm_link.cache_clear()
+        find_nvlink.cache_clear()
 
 
 knobs = _Knobs()
