@@ -18,7 +18,8 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 KERNELS = Path(__file__).parent / "kernels"
 ELF_MAGIC = b"\x7fELF"
-RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|\bcall\b[^@\n]*@rawext_\w+", re.MULTILINE)
+# A definition, declaration or call instruction naming a raw function (not a value named %call.i).
+RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|(?<![%\w.])call\b[^@\n]*@rawext_\w+", re.MULTILINE)
 SM90 = None  # set lazily: importing triton here would read the cache env above too early
 
 
@@ -194,11 +195,16 @@ def cubin_symbols(cubin: bytes) -> dict[str, bool]:
     return symbols
 
 
+DRIVER_SYMBOLS = ("__assertfail", "vprintf")  # left undefined by ptxas; the driver provides them at load
+
+
 def assert_nvshmem_linked(compiled) -> None:
     """The kernel's cubin is executable, defines NVSHMEM's device state and every collective that was linked
-    as a precompiled object, and leaves nothing undefined but the driver's reserved shared-memory symbols."""
+    as a precompiled object, and leaves nothing undefined but what the driver provides (its reserved
+    shared-memory symbols, ``__assertfail``, ``vprintf``)."""
     symbols = cubin_symbols(compiled.asm["cubin"])
-    undefined = [name for name, defined in symbols.items() if not defined and not name.startswith(".nv.reserved")]
+    undefined = [name for name, defined in symbols.items()
+                 if not defined and not name.startswith(".nv.reserved") and name not in DRIVER_SYMBOLS]
     assert not undefined, f"unresolved symbols in the cubin: {undefined}"
     assert symbols.get("nvshmemi_device_state_d"), "NVSHMEM's device state must be defined in the cubin"
     objects = compiled.metadata.raw_nvshmem_objects

@@ -25,7 +25,8 @@ def code_digest() -> str:
     files = sorted(Path(passes.__file__).parent.glob("*.py"))
     files += [_PACKAGE / name for name in ("cu_compiler.py", "debug_types.py", "nvshmem_cut.py", "nvshmem_link.py",
                                           "nvshmem_objects.py", "backend_hook.py", "nvshmem_headers.py",
-                                          "cxx_names.py", "language.py")]
+                                          "cxx_names.py", "language.py", "nvshmem/calls.py",
+                                          "nvshmem/device_call.py")]
     files += sorted((_PACKAGE / "include").rglob("*.h"))
     h = hashlib.sha256(f"{__version__} triton {triton.__version__}".encode())
     for path in files:
