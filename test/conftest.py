@@ -76,6 +76,29 @@ def assert_raw_inlined(compiled) -> None:
     assert compiled.asm["cubin"][:4] == ELF_MAGIC
 
 
+@pytest.fixture
+def through_llir(monkeypatch, tmp_path):
+    """AOT compiles in this test run every stage up to Triton's `llir` (the raw libraries, Triton's
+    inlining, the NVSHMEM link) and give empty placeholders for the PTX and the cubin, to check many
+    kernels fast. Triton's cache is the test's own folder, so no other test meets a placeholder."""
+    from triton import knobs
+
+    from triton_raw_ext.triton_version import stage_hook
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+
+    def placeholder_ptx(llir: str, metadata: dict) -> str:
+        metadata["name"] = re.search(r"^define ptx_kernel void @(\w+)", llir, re.MULTILINE).group(1)
+        return ""
+
+    def add_stages(backend, stages, options, language, capability):
+        stages["ptx"] = placeholder_ptx
+        stages["cubin"] = lambda src, metadata: b""
+
+    previous = knobs.runtime.add_stages_inspection_hook
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", stage_hook(add_stages, "through-llir", previous))
+
+
 def stub_in(folder: Path):
     """A Python stub whose defining file is in ``folder`` (paths in @dialect resolve against it)."""
     namespace: dict = {}

@@ -20,14 +20,12 @@ from pathlib import Path
 
 import pytest
 from conftest import RAW_FUNCTION, aot, aot_error, assert_nvshmem_linked, assert_raw_inlined, has_nvshmem
-from triton import knobs
 
 from triton_raw_ext import RawCompileError
 from triton_raw_ext.cu_compiler import CompileSpec, compile_raw_library
 from triton_raw_ext.nvshmem_install import find_nvshmem
 from triton_raw_ext.nvshmem_objects import links_separately, usable_nvlink
 from triton_raw_ext.toolchain import find_llvm_link
-from triton_raw_ext.triton_version import stage_hook
 
 if not has_nvshmem():
     pytest.skip("needs NVSHMEM (pip install nvidia-nvshmem-cu13)", allow_module_level=True)
@@ -41,25 +39,6 @@ LIBRARY = Path(shm.__file__).parent
 # The element types whose calls are also compiled in their elementwise form and assembled in full: a
 # 16-bit float (Triton's LLVM refused NVSHMEM's half p) and a 64-bit integer (atomics, waits).
 ASSEMBLED_TYPES = ("half", "uint64")
-
-
-def _kernel_name(llir: str, metadata: dict) -> str:
-    metadata["name"] = re.search(r"^define ptx_kernel void @(\w+)", llir, re.MULTILINE).group(1)
-    return ""
-
-
-@pytest.fixture
-def through_llir(monkeypatch, tmp_path):
-    """AOT compiles run every stage up to Triton's `llir`; the `ptx` and `cubin` stages give empty
-    placeholders (module docstring). Triton's cache is this test's own: no other test sees them."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-
-    def add_stages(backend, stages, options, language, capability):
-        stages["ptx"] = _kernel_name
-        stages["cubin"] = lambda src, metadata: b""
-
-    previous = knobs.runtime.add_stages_inspection_hook
-    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", stage_hook(add_stages, "through-llir", previous))
 
 
 def _nvshmem_defines() -> set[str]:

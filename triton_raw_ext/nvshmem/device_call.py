@@ -75,8 +75,14 @@ class DeviceCall:
 
     @property
     def hash_attrs(self) -> list:
-        """What Triton hashes: the `.cu` file's key, which both wrappers share."""
+        """What Triton hashes for a global referring to this call: the `.cu` file's key, which both
+        wrappers share."""
         return self.per_program.hash_attrs
+
+    @property
+    def cache_key(self) -> str:
+        """What Triton hashes for this call passed as a constexpr argument: its name and `.cu` key."""
+        return f"{self.call.name}:{self.per_program.cache_key}"
 
     def _check_pointers(self, args: list) -> None:
         for (param, ctype), value in zip(self.call.params, args, strict=True):
