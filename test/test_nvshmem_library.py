@@ -165,6 +165,14 @@ def test_tensors_are_refused_by_block_calls():
             "pointers, not tensors") in error
 
 
+def test_an_atomic_on_a_tensor_smaller_than_the_program_is_refused():
+    sig = {"cells": "*i32", "pe": "i32", "BLOCK": "constexpr"}
+    error = aot_error(lk.small_tensor_atomic_kernel, sig, {"BLOCK": 64})
+    assert ("triton_raw_ext.nvshmem.int_atomic_add with a tensor of 64 elements in a program of 128 threads: Triton "
+            "gives each element to several threads") in error
+    assert_raw_inlined(aot(lk.small_tensor_atomic_kernel, sig, {"BLOCK": 128}))
+
+
 def test_a_pointer_of_another_type_is_refused():
     error = aot_error(lk.wrong_pointer_kernel, {"dest": "*fp32", "pe": "i32"})
     assert "triton_raw_ext.nvshmem.int_p: parameter 'dest' (int *) points to int32, got a pointer to fp32" in error

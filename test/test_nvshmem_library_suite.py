@@ -33,12 +33,12 @@ LAUNCHES = {
     checks.p_g_kernel: [({"dest": "*bf16", "source": "*bf16", "out": "*bf16", "value": "fp32"},
                          {"P": shm.bfloat16_p, "G": shm.bfloat16_g}),
                         ({"dest": "*i8", "source": "*i8", "out": "*i8"}, {"P": shm.char_p, "G": shm.char_g})],
-    checks.elementwise_kernel: [({}, {"BLOCK": 64})],
+    checks.elementwise_kernel: [({}, {"BLOCK": checks.PER_THREAD})],
     checks.put_signal_kernel: [({"dest": "*fp32", "source": "*fp32", "out": "*i64"},
                                 {"CALL": shm.float_put_signal_nbi_block, "SIG_OP": shm.SIGNAL_ADD.value})],
     checks.signal_op_kernel: [({"out": "*i64"}, {})],
     checks.wait_kernel: [({"flag": "*i16"}, {"P": shm.ushort_p, "WAIT": shm.ushort_wait_until})],
-    checks.elementwise_wait_kernel: [({}, {"BLOCK": 64})],
+    checks.elementwise_wait_kernel: [({}, {"BLOCK": checks.PER_THREAD})],
     checks.ordering_kernel: [({}, {"QUIET": False, "BLOCK": 64})],
     checks.barrier_kernel: [({}, {"CALL": shm.team_sync_warp, "TEAMED": True, "QUIET": True}),
                             ({}, {"CALL": shm.barrier_all, "TEAMED": False, "QUIET": False})],
@@ -48,7 +48,7 @@ LAUNCHES = {
     checks.amo_kernel: [({"cell": "*i64", "out": "*i64"}, {"CALL": shm.ulonglong_atomic_compare_swap, "FORM": 4}),
                         ({"cell": "*fp64", "out": "*fp64", "value": "fp32", "cond": "fp32"},
                          {"CALL": shm.double_atomic_swap, "FORM": 2})],
-    checks.elementwise_amo_kernel: [({}, {"BLOCK": 64})],
+    checks.elementwise_amo_kernel: [({}, {"BLOCK": checks.PER_THREAD})],
 }  # fmt: skip
 
 

@@ -39,6 +39,10 @@ TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64"
 # type for reductions, waits and atomics).
 SAMPLE_TYPES = ("char", "uchar", "short", "int", "long", "uint64", "half", "bfloat16", "float", "double")
 NELEMS = 64
+NUM_WARPS = 4
+# Tensors of the elementwise cases: one element per thread. A smaller tensor is replicated across
+# threads by Triton's layout, and each copy would make the call (an atomic twice).
+PER_THREAD = NUM_WARPS * 32
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,7 @@ def elementwise_amo_kernel(cells, out, pe, BLOCK: tl.constexpr):
 
 
 def launch(kernel, *args, **constexprs) -> None:
-    kernel[(1,)](*args, num_warps=4, **constexprs)
+    kernel[(1,)](*args, num_warps=NUM_WARPS, **constexprs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -286,16 +290,16 @@ def check_rma(pes: Pes) -> Iterator[Case]:
             expect_equal(out, torch.tensor([40 + pes.right], dtype=dtype), f"{type_name}_g")
 
         yield case(f"{type_name}_p {type_name}_g", run)
-    source, dest = runtime.zeros((NELEMS,), torch.int32), runtime.zeros((2 * NELEMS,), torch.int32)
-    got = torch.zeros(2 * NELEMS, device="cuda", dtype=torch.int32)
-    source.copy_(pattern(pes.me, NELEMS, torch.int32))
+    source, dest = runtime.zeros((PER_THREAD,), torch.int32), runtime.zeros((2 * PER_THREAD,), torch.int32)
+    got = torch.zeros(2 * PER_THREAD, device="cuda", dtype=torch.int32)
+    source.copy_(pattern(pes.me, PER_THREAD, torch.int32))
     synced()
 
     def elementwise() -> None:
-        launch(elementwise_kernel, dest, source, got, pes.right, BLOCK=NELEMS)
+        launch(elementwise_kernel, dest, source, got, pes.right, BLOCK=PER_THREAD)
         synced()
-        expect_equal(dest, pattern(pes.left, NELEMS, torch.int32).repeat(2), "int_p and putmem per element")
-        expect_equal(got, pattern(pes.right, NELEMS, torch.int32).repeat(2), "int_g and getmem per element")
+        expect_equal(dest, pattern(pes.left, PER_THREAD, torch.int32).repeat(2), "int_p and putmem per element")
+        expect_equal(got, pattern(pes.right, PER_THREAD, torch.int32).repeat(2), "int_g and getmem per element")
 
     yield case("int_p int_g putmem getmem with tensor arguments", elementwise)
 
@@ -353,13 +357,13 @@ def check_wait(pes: Pes) -> Iterator[Case]:
             expect_equal(flag, torch.tensor([9], dtype=dtype), f"{type_name}_wait_until")
 
         yield case(f"{type_name}_wait_until", run)
-    flags = runtime.zeros((NELEMS,), torch.int32)
+    flags = runtime.zeros((PER_THREAD,), torch.int32)
     synced()
 
     def elementwise() -> None:
-        launch(elementwise_wait_kernel, flags, 5, pes.right, BLOCK=NELEMS)
+        launch(elementwise_wait_kernel, flags, 5, pes.right, BLOCK=PER_THREAD)
         torch.cuda.synchronize()
-        expect_equal(flags, torch.arange(NELEMS, dtype=torch.int32) + 5, "int_wait_until per element")
+        expect_equal(flags, torch.arange(PER_THREAD, dtype=torch.int32) + 5, "int_wait_until per element")
 
     yield case("int_wait_until with tensor arguments", elementwise)
 
@@ -524,15 +528,15 @@ def check_atomics(pes: Pes) -> Iterator[Case]:
                     expect_equal(out, torch.tensor([12], dtype=dtype), f"{call}: the right PE's old value")
 
             yield case(call, run)
-    cells = runtime.zeros((NELEMS,), torch.int32)
-    out = torch.zeros(NELEMS, device="cuda", dtype=torch.int32)
+    cells = runtime.zeros((PER_THREAD,), torch.int32)
+    out = torch.zeros(PER_THREAD, device="cuda", dtype=torch.int32)
     synced()
 
     def elementwise() -> None:
-        launch(elementwise_amo_kernel, cells, out, pes.right, BLOCK=NELEMS)
+        launch(elementwise_amo_kernel, cells, out, pes.right, BLOCK=PER_THREAD)
         synced()
-        expect_equal(cells, torch.arange(1, NELEMS + 1, dtype=torch.int32), "int_atomic_fetch_add per element")
-        expect_equal(out, torch.zeros(NELEMS, dtype=torch.int32), "the old values")
+        expect_equal(cells, torch.arange(1, PER_THREAD + 1, dtype=torch.int32), "int_atomic_fetch_add per element")
+        expect_equal(out, torch.zeros(PER_THREAD, dtype=torch.int32), "the old values")
 
     yield case("int_atomic_fetch_add with tensor arguments", elementwise)
 

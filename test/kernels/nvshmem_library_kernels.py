@@ -106,6 +106,12 @@ def block_call_with_tensor_kernel(dest, pe, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def small_tensor_atomic_kernel(cells, pe, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    shm.int_atomic_add(cells + offs, 1, pe)
+
+
+@triton.jit
 def wrong_pointer_kernel(dest, pe):
     shm.int_p(dest, 1, pe)
 

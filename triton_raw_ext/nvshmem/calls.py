@@ -58,6 +58,13 @@ class Call:
         return f"shm_{self.name}" + {THREAD: "__thread0", WARP: "__warp0"}.get(self.scope, "")
 
     @property
+    def repeatable(self) -> bool:
+        """Whether making the call twice with the same arguments has the effect of making it once (not
+        so for atomics that change memory, nor for signal updates, which may add)."""
+        changes_atomically = self.family == "atomics" and not self.name.endswith("_atomic_fetch")
+        return not changes_atomically and self.name != "signal_op" and "put_signal" not in self.name
+
+    @property
     def signature(self) -> str:
         """The C type of a pointer to NVSHMEM's function, as ``SAME_SIGNATURE`` checks it."""
         return f"{self.ret.c} (*)({', '.join(t.c for _, t in self.params)})"

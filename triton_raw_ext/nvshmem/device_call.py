@@ -3,11 +3,13 @@
 A :class:`DeviceCall` is called inside ``@triton.jit`` / ``@gluon.jit`` code. With a tensor argument
 it emits the call's elementwise wrapper (``shm_<name>``: once per element); with scalar and pointer
 arguments only, its per-program wrapper (see :attr:`~.calls.Call.program_wrapper`). Warp, block and
-collective calls refuse tensor arguments. A Triton pointer argument must point to the C parameter's
-type (same width and kind; signedness may differ); other argument conversions are the plugin's
-(:mod:`triton_raw_ext.language`). An unsigned C result becomes the unsigned Triton dtype, and
-``ptr`` returns a pointer of its first argument's type. The wrappers are
-:class:`~triton_raw_ext.dialect.RawFunction` objects made with ``@dialect`` on first use.
+collective calls refuse tensor arguments, and so do calls that must not be repeated (atomic updates,
+signal updates) given a tensor smaller than the Triton program's thread count: Triton's layout
+would give its elements to several threads, and each would make the call. A Triton pointer
+argument must point to the C parameter's type (same width and kind; signedness may differ); other
+argument conversions are the plugin's (:mod:`triton_raw_ext.language`). An unsigned C result
+becomes the unsigned Triton dtype, and ``ptr`` returns a pointer of its first argument's type. The
+wrappers are :class:`~triton_raw_ext.dialect.RawFunction` objects made with ``@dialect`` on first use.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import functools
 
 import triton.language as tl
+from triton.experimental.gluon.language._semantic import GluonSemantic
 from triton.language import core
 
 from ..dialect import RawFunction, dialect
@@ -94,6 +97,20 @@ class DeviceCall:
                     f"pointer to {value.dtype.element_ty}; pass a *{ctype.dtype} pointer (or the call of another type)"
                 )
 
+    def _check_not_replicated(self, args: list, _semantic) -> None:
+        options = getattr(_semantic.builder, "options", None)
+        num_warps = getattr(options, "num_warps", None)
+        if self.call.repeatable or isinstance(_semantic, GluonSemantic) or num_warps is None:
+            return  # Gluon kernels choose their layouts
+        threads = num_warps * 32
+        small = [v for v in args if _is_block(v) and v.numel.value < threads]
+        if small:
+            raise RawCompileError(
+                f"{PACKAGE}.{self.call.name} with a tensor of {small[0].numel.value} elements in a program of "
+                f"{threads} threads: Triton gives each element to several threads, and each would make the call; use "
+                f"tensors of at least {threads} elements (or fewer warps)"
+            )
+
     def _typed_result(self, result, args: list, _semantic):
         ret: CType = self.call.ret
         if result is None or ret.dtype is None and not ret.pointer:
@@ -122,6 +139,7 @@ class DeviceCall:
                 raise RawCompileError(
                     f"{PACKAGE}.{call.name} is {kind}, made once per program: pass scalars and pointers, not tensors"
                 )
+            self._check_not_replicated(values, _semantic)
             fn = self.elementwise
         else:
             fn = self.per_program
