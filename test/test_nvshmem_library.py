@@ -77,6 +77,16 @@ def test_every_call_has_a_python_name_and_wrappers():
             "uint64_atomic_compare_swap", "float_atomic_fetch", "int64_atomic_set"} <= {c.name for c in calls.CALLS}
 
 
+def test_the_docs_list_every_call():
+    """docs/nvshmem.md names each call as `<name>` (thread, warp and block forms under the thread
+    form's name), a typed one as `<T>_<name>`."""
+    doc = (LIBRARY.parents[1] / "docs" / "nvshmem.md").read_text()
+    for call in calls.CALLS:
+        name = call.name.removesuffix(calls.GROUPS[call.scope][0]) if call.scope in calls.GROUPS else call.name
+        pattern = f"<T>{name[len(call.type_name):]}" if call.type_name else name
+        assert f"`{pattern}`" in doc, f"docs/nvshmem.md does not list {call.name} (as `{pattern}`)"
+
+
 def test_constants_are_those_of_the_headers(tmp_path):
     """The values read from the headers at import are the values clang gives NVSHMEM's names."""
     body = "".join(f'extern "C" __device__ int value_of_{name}(void) {{ return {name}; }}\n'
