@@ -123,7 +123,7 @@ def test_a_wrong_signature_in_the_table_does_not_compile(tmp_path):
 @pytest.mark.parametrize("family", calls.FAMILIES)
 def test_every_call_compiles(family, through_llir, tmp_path):
     family_calls = lk.selected((family,))
-    c = aot(lk.every_call_kernel(family_calls, tmp_path, ASSEMBLED_TYPES), lk.SIGNATURE, {"BLOCK": 64})
+    c = aot(lk.every_call_kernel(family_calls, tmp_path, ASSEMBLED_TYPES), lk.SIGNATURE, {"BLOCK": lk.PER_THREAD})
     llir = c.asm["llir"]
     assert not RAW_FUNCTION.findall(llir), "a raw function survived Triton's inliner"
     assert set(c.metadata.raw_nvshmem) == _called(family_calls)
@@ -139,7 +139,7 @@ def test_point_to_point_calls_assemble_and_link(tmp_path):
     """Every query, rma, put, get, signal, put-with-signal and atomic call of a few element types
     (16-bit floats among them), in both forms, through ptxas to the cubin."""
     selection = lk.selected(("query", "rma", "put", "get", "signal", "put_signal", "atomics"), ASSEMBLED_TYPES)
-    c = aot(lk.every_call_kernel(selection, tmp_path, ASSEMBLED_TYPES), lk.SIGNATURE, {"BLOCK": 64})
+    c = aot(lk.every_call_kernel(selection, tmp_path, ASSEMBLED_TYPES), lk.SIGNATURE, {"BLOCK": lk.PER_THREAD})
     assert_raw_inlined(c)
     assert_nvshmem_linked(c)
     assert set(c.metadata.raw_nvshmem) == _called(selection)

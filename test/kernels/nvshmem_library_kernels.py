@@ -22,6 +22,7 @@ POINTERS = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8
             "float64": "fp64"}  # fmt: skip
 SIGNATURE = {**{f"p_{dtype}": f"*{t}" for dtype, t in POINTERS.items()}, "team": "i32", "pe": "i32", "nelems": "i64",
              "BLOCK": "constexpr"}  # fmt: skip
+PER_THREAD = 4 * 32  # BLOCK of one element per thread at Triton's default 4 warps: no call is made twice
 
 
 def _argument(name: str, ctype: CType, tensor: bool) -> str:
