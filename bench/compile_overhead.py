@@ -11,6 +11,13 @@ controls. Cases (kernels in ``bench/kernels``):
   the NVSHMEM cut), Triton cache empty. One case per NVSHMEM release.
 - ``d_nvshmem_cold``: the ``c`` kernel with every cache empty: the first compile ever. One case per
   NVSHMEM release.
+- ``e_collective_warm``: the ``b`` kernel plus ``triton_raw_ext.nvshmem.int32_min_reduce_block``;
+  plugin caches warm (the library's `.cu`, NVSHMEM's precompiled headers, the collective's object),
+  Triton cache empty. One case per NVSHMEM release.
+- ``f_collective_respecialized``: the ``e`` kernel compiled once, then timed compiling another
+  specialisation (``BLOCK=512``) in the same process; caches as for ``e``. One case per release.
+  ``b_raw_respecialized`` is the same for the ``b`` kernel.
+- ``g_collective_cold``: the ``e`` kernel with every cache empty. One case per release.
 
 NVSHMEM releases are given as installation folders (``--nvshmem-home``, each with ``include/`` and
 ``lib/``; the sample sets ``NVSHMEM_HOME`` to it) and as wheel versions to fetch
@@ -23,7 +30,8 @@ tools it ran, clang, ptxas, llvm-link), which other work on the machine inflates
 are sampled round-robin so that drift spreads over all of them.
 Goals, on wall time (a miss is reported, never raised; each also gives the CPU-time value): ``b_raw``
 at most 0.3 s over ``a_plain``; per release, ``c_nvshmem_warm`` at most 0.3 s over ``b_raw`` (the
-same kernel without NVSHMEM) and ``d_nvshmem_cold`` at most 10 s. Results go to one JSON file,
+same kernel without NVSHMEM), ``d_nvshmem_cold`` at most 10 s, ``e_collective_warm`` at most 3 s and
+``f_collective_respecialized`` at most 0.3 s over ``b_raw_respecialized``. Results go to one JSON file,
 ``bench/results/<date>-cpu-compile-overhead/compile_overhead-<plugin commit>.json`` by default.
 
 Usage: ``python bench/compile_overhead.py [--samples N] [--nvshmem-home DIR ...] [--fetch-nvshmem VERSION ...]
@@ -70,15 +78,36 @@ CASES = {
         "overhead_raw", "nvshmem_kernel", "NVSHMEM_SIGNATURE",
         "the NVSHMEM kernel with every cache empty (first compile ever)",
     ),
+    "b_raw_respecialized": (
+        "overhead_raw", "raw_kernel", "RAW_SIGNATURE",
+        "the b kernel compiled once, then another specialisation timed in the same process",
+    ),
+    "e_collective_warm": (
+        "overhead_collective", "collective_kernel", "COLLECTIVE_SIGNATURE",
+        "+ triton_raw_ext.nvshmem's int32 min-reduce, plugin caches warm (incl. its object), Triton cache empty",
+    ),
+    "f_collective_respecialized": (
+        "overhead_collective", "collective_kernel", "COLLECTIVE_SIGNATURE",
+        "the e kernel compiled once, then another specialisation timed in the same process",
+    ),
+    "g_collective_cold": (
+        "overhead_collective", "collective_kernel", "COLLECTIVE_SIGNATURE",
+        "the e kernel with every cache empty (first compile ever)",
+    ),
 }  # fmt: skip
-NVSHMEM_CASES = ("c_nvshmem_warm", "d_nvshmem_cold")
-WARM_CASES = ("b_raw", "c_nvshmem_warm")
+NVSHMEM_CASES = ("c_nvshmem_warm", "d_nvshmem_cold", "e_collective_warm", "f_collective_respecialized",
+                 "g_collective_cold")
+WARM_CASES = ("b_raw", "c_nvshmem_warm", "b_raw_respecialized", "e_collective_warm", "f_collective_respecialized")
+RESPECIALIZED_CASES = ("b_raw_respecialized", "f_collective_respecialized")
+RESPECIALIZED_CONSTEXPRS = {"BLOCK": 512}  # the timed compile of a respecialised case
 MAX_RETAKES = 3
 # case -> (the case it is compared with, or None for the absolute time; limit in seconds)
 GOALS = {
     "b_raw": ("a_plain", 0.3),
     "c_nvshmem_warm": ("b_raw", 0.3),
     "d_nvshmem_cold": (None, 10.0),
+    "e_collective_warm": (None, 3.0),
+    "f_collective_respecialized": ("b_raw_respecialized", 0.3),
 }
 
 
@@ -102,7 +131,8 @@ def _cpu_s() -> float:
 
 
 def worker(case: str) -> None:
-    """Compile the case's kernel once in this process; print its timings and the plugin code digest.
+    """Compile the case's kernel once in this process (a respecialised case: twice, timing the second);
+    print its timings and the plugin code digest.
 
     The digest (None when the plugin was not imported) is part of every plugin cache key: a sample
     whose digest differs from its warm-up's did not see a warm cache.
@@ -116,9 +146,11 @@ def worker(case: str) -> None:
     start = time.perf_counter()
     module = importlib.import_module(module_name)
     import_s = time.perf_counter() - start
-    source = ASTSource(
-        getattr(module, kernel_name), signature=getattr(module, signature_name), constexprs=module.CONSTEXPRS
-    )
+    kernel, signature = getattr(module, kernel_name), getattr(module, signature_name)
+    source = ASTSource(kernel, signature=signature, constexprs=module.CONSTEXPRS)
+    if case in RESPECIALIZED_CASES:
+        triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        source = ASTSource(kernel, signature=signature, constexprs=RESPECIALIZED_CONSTEXPRS)
     start, start_cpu = time.perf_counter(), _cpu_s()
     triton.compile(source, target=GPUTarget("cuda", 90, 32))
     compile_s, cpu_s = time.perf_counter() - start, _cpu_s() - start_cpu
@@ -293,7 +325,7 @@ def main() -> None:
         parser.error("--samples must be at least 1")
 
     releases = nvshmem_releases(args.nvshmem_home, args.fetch_nvshmem)
-    samples = [Sample("a_plain"), Sample("b_raw")]
+    samples = [Sample("a_plain"), Sample("b_raw"), Sample("b_raw_respecialized")]
     samples += [Sample(case, version, home) for version, home in releases.items() for case in NVSHMEM_CASES]
     skipped = {} if releases else {c: f"NVSHMEM not installed (`pip install {WHEEL}`)" for c in NVSHMEM_CASES}
     print(f"compile overhead, {args.samples} fresh processes per case: {', '.join(s.label for s in samples)}")

@@ -4,7 +4,8 @@ Usage: ``python bench/nvshmem_versions.py NVSHMEM_ROOT [NVSHMEM_ROOT ...] [--out
 folder with ``include/`` and ``lib/`` (for a wheel: ``unzip nvidia_nvshmem_cu13-X.whl`` and pass
 ``.../nvidia/nvshmem``). Each root is compiled in a fresh process with empty caches (first-ever
 compile), then again warm (plugin caches kept, Triton cache emptied). Records which bitcode was
-linked, that NVSHMEM's state is in the PTX, that no NVSHMEM function is left unresolved, and times.
+linked, that NVSHMEM's state is in the PTX, that no NVSHMEM function is left unresolved (the
+collectives linked as precompiled objects are listed apart), and times.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ print(json.dumps({
     "link_seconds": c.metadata.raw_nvshmem_link_s,
     "state_in_ptx": bool(re.search(r"\.visible \.\w+ .*nvshmemi_device_state_d\[", ptx)),
     "unresolved_nvshmem": sorted(
-        s for s in re.findall(r"\.extern \.func[^(]*\([^)]*\)\s*(\w+)", ptx) if "nvshmem" in s),
+        s for s in re.findall(r"\.extern \.func\s+(?:\([^)]*\)\s*)?(\w+)", ptx)
+        if "nvshmem" in s and s not in c.metadata.raw_nvshmem_objects),
+    "linked_as_objects": list(c.metadata.raw_nvshmem_objects),
     "cubin_elf": c.asm["cubin"][:4] == b"\x7fELF", "symbols": list(c.metadata.raw_nvshmem)}))
 """
 

@@ -21,7 +21,8 @@ os.environ.pop("PYTHONSAFEPATH", None)
 
 KERNELS = Path(__file__).parent / "kernels"
 ELF_MAGIC = b"\x7fELF"
-RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|\bcall\b[^@\n]*@rawext_\w+", re.MULTILINE)
+# A definition, declaration or call instruction naming a raw function (not a value named %call.i).
+RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|(?<![%\w.])call\b[^@\n]*@rawext_\w+", re.MULTILINE)
 SM90 = None  # set lazily: importing triton here would read the cache env above too early
 
 
@@ -76,6 +77,29 @@ def assert_raw_inlined(compiled) -> None:
     """No raw function is left defined, declared or called in the kernel's LLVM IR, and the cubin was built."""
     assert not RAW_FUNCTION.findall(compiled.asm["llir"]), "a raw function survived Triton's inliner"
     assert compiled.asm["cubin"][:4] == ELF_MAGIC
+
+
+@pytest.fixture
+def through_llir(monkeypatch, tmp_path):
+    """AOT compiles in this test run every stage up to Triton's `llir` (the raw libraries, Triton's
+    inlining, the NVSHMEM link) and give empty placeholders for the PTX and the cubin, to check many
+    kernels fast. Triton's cache is the test's own folder, so no other test meets a placeholder."""
+    from triton import knobs
+
+    from triton_raw_ext.triton_version import stage_hook
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+
+    def placeholder_ptx(llir: str, metadata: dict) -> str:
+        metadata["name"] = re.search(r"^define ptx_kernel void @(\w+)", llir, re.MULTILINE).group(1)
+        return ""
+
+    def add_stages(backend, stages, options, language, capability):
+        stages["ptx"] = placeholder_ptx
+        stages["cubin"] = lambda src, metadata: b""
+
+    previous = knobs.runtime.add_stages_inspection_hook
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", stage_hook(add_stages, "through-llir", previous))
 
 
 def stub_in(folder: Path):
@@ -342,3 +366,42 @@ def run_suite(args: list[str], bin_dir: Path | None = None, timeout: float = 120
     return subprocess.run([sys.executable, str(GPU_SCRIPTS / "suite.py"), args[0], "--no-setup", *args[1:]],
                           env={**os.environ, "PATH": path, **env}, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
+
+
+def cubin_symbols(cubin: bytes) -> dict[str, bool]:
+    """The named symbols of an ELF cubin's symbol tables, each with whether it is defined (its section
+    index is not 0). Raises AssertionError unless ``cubin`` is an executable 64-bit ELF."""
+    import struct
+
+    assert cubin[:4] == ELF_MAGIC and cubin[4] == 2, "not a 64-bit ELF"
+    assert struct.unpack_from("<H", cubin, 0x10)[0] == 2, "not an executable ELF (ET_EXEC): the link did not run"
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    symbols: dict[str, bool] = {}
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size, entsize):
+            name_at, _, _, shndx = struct.unpack_from("<IBBH", cubin, at)
+            name = cubin[strings + name_at : cubin.index(b"\0", strings + name_at)].decode()
+            if name:
+                symbols[name] = symbols.get(name, False) or shndx != 0
+    return symbols
+
+
+DRIVER_SYMBOLS = ("__assertfail", "vprintf")  # left undefined by ptxas; the driver provides them at load
+
+
+def assert_nvshmem_linked(compiled) -> None:
+    """The kernel's cubin is executable, defines NVSHMEM's device state and every collective that was linked
+    as a precompiled object, and leaves nothing undefined but what the driver provides (its reserved
+    shared-memory symbols, ``__assertfail``, ``vprintf``)."""
+    symbols = cubin_symbols(compiled.asm["cubin"])
+    undefined = [name for name, defined in symbols.items()
+                 if not defined and not name.startswith(".nv.reserved") and name not in DRIVER_SYMBOLS]
+    assert not undefined, f"unresolved symbols in the cubin: {undefined}"
+    assert symbols.get("nvshmemi_device_state_d"), "NVSHMEM's device state must be defined in the cubin"
+    objects = compiled.metadata.raw_nvshmem_objects
+    assert all(symbols.get(name) for name in objects), f"collectives missing from the cubin: {objects}"

@@ -6,11 +6,12 @@ import re
 
 import pytest
 import triton
-from conftest import aot, assert_raw_inlined, requires_nvshmem, requires_per_sm_nvshmem
+from conftest import aot, assert_nvshmem_linked, assert_raw_inlined, requires_nvshmem, requires_per_sm_nvshmem
 from kernels import raw_kernels as k
 
-from triton_raw_ext import nvshmem_cut
+from triton_raw_ext import nvshmem_cut, nvshmem_link
 from triton_raw_ext.knobs import nvshmem_transports
+from triton_raw_ext.nvshmem_objects import usable_nvlink
 from triton_raw_ext.toolchain import find_llvm_link
 
 RING_SIGNATURE = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
@@ -92,15 +93,13 @@ def test_nvshmem_kernel_links_nvshmem_once():
     c = aot(k.ring_kernel, RING_SIGNATURE, {"BLOCK": 128})
     assert_raw_inlined(c)
     ptx = c.asm["ptx"]
-    state = re.search(r"\.visible \.(?:global|const) .*nvshmemi_device_state_d\[", ptx)
-    assert state, "NVSHMEM's device state must be defined in the PTX"
-    externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", ptx))
-    assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"
     assert set(c.metadata.raw_nvshmem) == {
         "nvshmem_barrier_all", "nvshmem_int_p", "nvshmem_my_pe", "nvshmem_n_pes", "nvshmem_ptr",
         "nvshmem_signal_wait_until", "nvshmemx_putmem_signal_block",
     }  # fmt: skip
+    assert c.metadata.raw_nvshmem_objects == (["nvshmem_barrier_all"] if usable_nvlink(90) else [])
     assert len(re.findall(r"\.visible \.\w+ .*\bnvshmemi_device_state_d\[", ptx)) == 1
+    assert_nvshmem_linked(c)
 
 
 @requires_nvshmem
@@ -108,8 +107,34 @@ def test_nvshmem_put_get_kernel_links_block_put_and_get():
     c = aot(k.put_get_kernel, {"buf": "*i32", "got": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
     assert_raw_inlined(c)
     assert {"nvshmemx_putmem_block", "nvshmemx_getmem_block", "nvshmem_barrier_all"} <= set(c.metadata.raw_nvshmem)
-    externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", c.asm["ptx"]))
-    assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"
+    assert_nvshmem_linked(c)
+
+
+@requires_nvshmem
+def test_collective_links_as_a_precompiled_object(tmp_path, monkeypatch):
+    """With nvlink, the kernel's PTX calls NVSHMEM's barrier, and the cubin gets it from an object built once:
+    another specialisation of the kernel links the same object."""
+    if usable_nvlink(90) is None:
+        pytest.skip("no nvlink as new as Triton's ptxas (install the CUDA toolkit or set TRITON_RAW_NVLINK)")
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    first = aot(k.ring_kernel, RING_SIGNATURE, {"BLOCK": 64})
+    assert re.search(r"\.extern \.func\s+nvshmem_barrier_all\b", first.asm["ptx"])
+    assert "nvshmem_barrier_all" not in re.findall(r"\.(?:visible|weak) \.func\s+(\w+)", first.asm["ptx"])
+    assert_nvshmem_linked(first)
+    objects = sorted((tmp_path / "raw" / "nvshmem_object").glob("*/*.o"))
+    assert len(objects) == 1
+    again = aot(k.ring_kernel, RING_SIGNATURE, {"BLOCK": 32})
+    assert_nvshmem_linked(again)
+    assert sorted((tmp_path / "raw" / "nvshmem_object").glob("*/*.o")) == objects
+
+
+@requires_nvshmem
+def test_collectives_are_inlined_without_nvlink(monkeypatch):
+    monkeypatch.setattr(nvshmem_link, "usable_nvlink", lambda arch: None)
+    c = aot(k.ring_kernel, RING_SIGNATURE, {"BLOCK": 16})
+    assert c.metadata.raw_nvshmem_objects == []
+    assert not re.search(r"\.extern \.func[^;]*\bnvshmem", c.asm["ptx"])
+    assert_nvshmem_linked(c)
 
 
 @requires_per_sm_nvshmem

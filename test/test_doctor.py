@@ -70,9 +70,8 @@ def test_doctor_json(tmp_path: Path) -> None:
     assert report["compile_path_usable"] is True
     parts = report["components"]
     assert parts["clang"]["facts"]["version"].split(".")[0] == str(find_clang().version[0])
-    assert {"triton", "cuda_headers", "llvmlite", "llvm_link", "nvshmem", "plugin_cache", "backend_hook", "gpu"} <= set(
-        parts
-    )
+    assert {"triton", "cuda_headers", "llvmlite", "llvm_link", "nvlink", "nvshmem", "plugin_cache", "backend_hook",
+            "gpu"} <= set(parts)
     assert parts["backend_hook"]["ok"] is True
     assert parts["triton"]["facts"]["llvm"].startswith(tuple("0123456789"))
 

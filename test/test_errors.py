@@ -13,7 +13,7 @@ from conftest import KERNELS, aot, aot_error, requires_nvshmem
 
 import triton_raw_ext.language as raw
 from triton_raw_ext import RawCompileError, dialect, knobs, nvshmem_install
-from triton_raw_ext.toolchain import find_clang, find_llvm_link
+from triton_raw_ext.toolchain import find_clang, find_llvm_link, find_nvlink
 
 SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "BLOCK": "constexpr"}
 
@@ -66,6 +66,30 @@ def test_llvm_link_of_another_llvm_is_refused(fresh_llvm_link, tmp_path):
     knobs.llvm_link = "/nonexistent/llvm-link"
     with pytest.raises(RawCompileError, match=r"/nonexistent/llvm-link does not run as llvm-link.*apt-get"):
         find_llvm_link()
+
+
+@pytest.fixture
+def fresh_nvlink():
+    yield
+    knobs.nvlink = None
+
+
+def test_nvlink_setting_that_does_not_run_names_the_fix(fresh_nvlink):
+    knobs.nvlink = "/nonexistent/nvlink"
+    with pytest.raises(RawCompileError, match=r"TRITON_RAW_NVLINK=/nonexistent/nvlink does not run as nvlink.*CUDA"):
+        find_nvlink()
+
+
+def test_nvlink_older_than_triton_ptxas_is_not_used(fresh_nvlink, tmp_path):
+    """An nvlink cannot read objects of a newer ptxas: collectives are then inlined, as without one."""
+    from triton_raw_ext.nvshmem_objects import usable_nvlink
+
+    fake = tmp_path / "nvlink"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n")
+    fake.chmod(0o755)
+    knobs.nvlink = str(fake)
+    assert find_nvlink().version == (11, 8)
+    assert usable_nvlink(90) is None
 
 
 def test_clang_missing_reaches_the_kernel_compile(fresh_clang):

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import KERNELS, aot, assert_raw_inlined, requires_nvshmem
+from conftest import KERNELS, aot, assert_nvshmem_linked, assert_raw_inlined, requires_nvshmem
 from kernels import nvshmem_header_kernels as hk
 
 from triton_raw_ext import RawCompileError, cu_compiler
@@ -40,10 +40,8 @@ def test_kernel_links_nvshmem_called_through_its_headers():
     c = aot(hk.header_ring_kernel, hk.SIGNATURE, {"BLOCK": 128})
     assert_raw_inlined(c)
     assert set(c.metadata.raw_nvshmem) == CALLED
-    ptx = c.asm["ptx"]
-    externs = set(re.findall(r"\.extern \.func[^(]*\((?:[^)]*)\)\s*(\w+)", ptx))
-    assert not {s for s in externs if "nvshmem" in s}, f"unresolved NVSHMEM functions: {externs}"
-    assert len(re.findall(r"\.visible \.\w+ .*\bnvshmemi_device_state_d\[", ptx)) == 1
+    assert_nvshmem_linked(c)
+    assert len(re.findall(r"\.visible \.\w+ .*\bnvshmemi_device_state_d\[", c.asm["ptx"])) == 1
 
 
 def test_nvshmem_functions_stay_declarations():

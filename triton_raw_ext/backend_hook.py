@@ -14,6 +14,11 @@ It wraps the NVIDIA backend's `llir` and `cubin` stages:
    and PTX of the raw code that ptxas rejects (in the `cubin` stage), are reported against the
    `.cu` (:mod:`triton_raw_ext.raw_code_errors`).
 
+It wraps the `cubin` stage too: a kernel whose `llir` stage left NVSHMEM collectives to link as
+precompiled objects is assembled by Triton's ptxas as relocatable code (``-c``) and linked with
+them by nvlink (:mod:`triton_raw_ext.nvshmem_objects`); every other kernel goes through the stage
+it found.
+
 It chains with a previously installed ``add_stages_inspection_hook`` (called first), and leaves a
 kernel without raw calls to the stage it found, untouched. Where Triton puts the hook into its cache
 keys (3.7 and newer), the key is the plugin's code digest.
@@ -32,6 +37,7 @@ from triton.backends.nvidia.compiler import sm_arch_from_capability
 from .cu_compiler import SIGNATURE_FILE
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
+from .nvshmem_objects import link_kernel, register_limit
 from .raw_code_errors import check_undefined_calls, ptxas_errors_in_raw_code
 from .triton_version import stage_hook
 from .version import code_digest
@@ -79,12 +85,18 @@ def _wrap_llir(backend, stages: dict, options, capability: int, linked: list[Pat
     stages["llir"] = make_llir
 
 
-def _wrap_cubin(stages: dict, linked: list[Path]) -> None:
+def _wrap_cubin(backend, stages: dict, options, linked: list[Path]) -> None:
     original = stages["cubin"]
 
     def make_cubin(src, metadata):
         with ptxas_errors_in_raw_code(src, linked):
-            return original(src, metadata)
+            collectives = metadata.get("raw_nvshmem_objects")
+            if not collectives:
+                return original(src, metadata)
+            relocatable = dataclasses.replace(options, ptx_options=" ".join(filter(None, [options.ptx_options, "-c"])))
+            kernel = backend.make_cubin(src, metadata, relocatable, backend.target.arch)
+            limit = register_limit(options.num_warps, getattr(options, "maxnreg", None))
+            return link_kernel(kernel, collectives, backend.target.arch, limit)
 
     stages["cubin"] = make_cubin
 
@@ -94,7 +106,7 @@ def _add_stages(backend, stages: dict, options, language, capability: int) -> No
         linked: list[Path] = []  # the libraries this compile's llir stage links, for the later stages' errors
         _wrap_llir(backend, stages, options, capability, linked)
         if "cubin" in stages:
-            _wrap_cubin(stages, linked)
+            _wrap_cubin(backend, stages, options, linked)
 
 
 def install() -> None:

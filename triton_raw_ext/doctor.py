@@ -1,7 +1,7 @@
 """``triton-raw doctor``: what the plugin finds on this machine, and how to fix what is missing.
 
 Contract: every probe reuses the plugin's own discovery (:func:`~.toolchain.find_clang`,
-:func:`~.toolchain.find_cuda_headers`, :func:`~.toolchain.find_llvm_link`,
+:func:`~.toolchain.find_cuda_headers`, :func:`~.toolchain.find_llvm_link`, :func:`~.toolchain.find_nvlink`,
 :func:`~.nvshmem_install.find_nvshmem`, :func:`~.cache.cache_dir`),
 so the report shows exactly what a compile would use. Each component is reported with its facts; a
 missing or broken one also with the problem and the fix (an install command). ``--json`` prints the
@@ -11,7 +11,8 @@ not touched) and reports the time.
 
 Exit status: 0 when the compile path is usable (Triton with its ptxas, llvmlite, clang, CUDA headers,
 the backend hook, and with ``--check`` a successful compile), 1 otherwise. NVSHMEM and a GPU are
-optional: reported, never a failure; so is llvm-link (without it NVSHMEM's first compiles are slower).
+optional: reported, never a failure; so are llvm-link (without it NVSHMEM's first compiles are slower)
+and nvlink (without it NVSHMEM's collectives are compiled into every kernel that calls one).
 """
 
 from __future__ import annotations
@@ -177,6 +178,28 @@ def probe_llvm_link() -> Component:
     routes = {"knob": "TRITON_RAW_LLVM_LINK / knobs.llvm_link", "clang": "beside clang", "path": "PATH"}
     facts: Facts = {"version": ".".join(map(str, tool.version)), "route": routes[tool.route], "path": tool.path}
     return Component("llvm_link", False, True, facts)
+
+
+def probe_nvlink(arch: int) -> Component:
+    """The nvlink that links NVSHMEM's collectives as precompiled objects; without it they are inlined."""
+    from .nvshmem_objects import usable_nvlink
+    from .toolchain import NVLINK_INSTALL_HINT, find_nvlink
+
+    inlined = "NVSHMEM's collectives are then inlined: 5-10 s of ptxas in every kernel that calls one"
+    try:
+        tool = find_nvlink()
+    except RawCompileError as e:
+        problem = _problem(e, NVLINK_INSTALL_HINT)
+        return Component("nvlink", False, False, problem=f"{problem} (kernels using NVSHMEM fail to compile until it "
+                         f"is fixed or unset)", fix=NVLINK_INSTALL_HINT)
+    if tool is None:
+        return Component("nvlink", False, False, problem=f"no nvlink found ({inlined})", fix=NVLINK_INSTALL_HINT)
+    facts: Facts = {"version": ".".join(map(str, tool.version)), "path": tool.path,
+                    "route": {"knob": "TRITON_RAW_NVLINK / knobs.nvlink", "cuda": "CUDA toolkit"}[tool.route]}
+    if usable_nvlink(arch) is None:
+        return Component("nvlink", False, False, facts, problem=f"older than Triton's ptxas for sm_{arch} ({inlined})",
+                         fix=NVLINK_INSTALL_HINT)
+    return Component("nvlink", False, True, facts)
 
 
 def _describe_bitcode(bitcodes: dict[int | None, Path]) -> dict[str, str]:
@@ -409,6 +432,7 @@ def collect(check: bool) -> list[Component]:
         probe_cuda_headers(),
         probe_llvmlite(),
         probe_llvm_link(),
+        probe_nvlink(target_arch(gpu)),
         probe_nvshmem(target_arch(gpu)),
         probe_cache(),
         probe_backend_hook(),

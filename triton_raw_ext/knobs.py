@@ -1,7 +1,8 @@
 """Settings a user may change from Python; each defaults to its environment variable.
 
 ``triton_raw_ext.knobs.clang = "/opt/llvm/bin/clang"`` is the same as ``TRITON_RAW_CLANG=...``;
-``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc and llvm-link run;
+``knobs.tool_timeout_s`` (``TRITON_RAW_TOOL_TIMEOUT_S``) bounds every clang, nvcc, llvm-link, ptxas and
+nvlink run; ``knobs.nvlink`` (``TRITON_RAW_NVLINK``) is the nvlink that links NVSHMEM's collectives;
 ``knobs.nvshmem_transports`` (``TRITON_RAW_NVSHMEM_TRANSPORTS``) says which NVSHMEM device transports
 kernels are compiled for (:func:`nvshmem_transports`);
 ``knobs.wait_timeout_s`` (``TRITON_RAW_WAIT_TIMEOUT_S``) bounds the device-side waits on peers
@@ -19,7 +20,7 @@ class _Knobs:
 
     _env = {"clang": "TRITON_RAW_CLANG", "llvm_link": "TRITON_RAW_LLVM_LINK", "cache_dir": "TRITON_RAW_CACHE_DIR",
             "tool_timeout_s": "TRITON_RAW_TOOL_TIMEOUT_S", "nvshmem_transports": "TRITON_RAW_NVSHMEM_TRANSPORTS",
-            "wait_timeout_s": "TRITON_RAW_WAIT_TIMEOUT_S"}
+            "wait_timeout_s": "TRITON_RAW_WAIT_TIMEOUT_S", "nvlink": "TRITON_RAW_NVLINK"}
 
     def __init__(self) -> None:
         self._overrides: dict[str, str | None] = {}

@@ -9,6 +9,11 @@ llvm-link (optional: it makes cutting NVSHMEM's device bitcode fast) must carry 
 version, so that it reads every bitcode llvmlite reads and llvmlite reads what it writes. Search
 order: ``knobs.llvm_link`` / ``$TRITON_RAW_LLVM_LINK``; ``llvm-link`` beside the clang in use;
 ``llvm-link-<major>`` and ``llvm-link`` on PATH.
+
+nvlink (optional: it links NVSHMEM's collectives into kernels as precompiled objects, see
+:mod:`triton_raw_ext.nvshmem_objects`) comes from a CUDA toolkit. Search order: ``knobs.nvlink`` /
+``$TRITON_RAW_NVLINK``; ``nvlink`` beside ``nvcc`` on PATH; ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``,
+``/usr/local/cuda/bin``; ``nvlink`` on PATH.
 """
 
 from __future__ import annotations
@@ -255,4 +260,55 @@ def _find_llvm_link(knob: str | None, clang_knob: str | None) -> LlvmLink | None
         version = _llvm_link_version(path) if path else None
         if version and version[0] == major:
             return LlvmLink(path, version, route)
+    return None
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """A usable nvlink: its path, its CUDA release (major, minor) and how it was found ("knob" or "cuda")."""
+
+    path: str
+    version: tuple[int, int]
+    route: str
+
+
+NVLINK_INSTALL_HINT = ("install the CUDA toolkit (its bin/ holds nvlink; set CUDA_HOME to it), or set "
+                       "TRITON_RAW_NVLINK to an nvlink binary")
+
+
+def _nvlink_version(path: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def find_nvlink() -> NvLink | None:
+    """The nvlink to link kernels with NVSHMEM's precompiled collectives, or None (they are then inlined),
+    looked up once per value of ``knobs.nvlink``.
+
+    Raises :class:`RawCompileError` when ``knobs.nvlink`` names one that does not run.
+    """
+    return _find_nvlink(knobs.nvlink)
+
+
+@functools.cache
+def _find_nvlink(knob: str | None) -> NvLink | None:
+    if knob:
+        path = shutil.which(knob) or knob
+        version = _nvlink_version(path)
+        if version is None:
+            raise RawCompileError(f"TRITON_RAW_NVLINK={knob} does not run as nvlink "
+                                  f"(`{knob} --version` failed); {NVLINK_INSTALL_HINT}")
+        return NvLink(path, version, "knob")
+    folders = [Path(nvcc).resolve().parent for nvcc in [shutil.which("nvcc")] if nvcc]
+    folders += [Path(os.environ[var]) / "bin" for var in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(var)]
+    folders.append(Path("/usr/local/cuda/bin"))
+    candidates = [str(folder / "nvlink") for folder in folders] + [shutil.which("nvlink")]
+    for path in candidates:
+        version = _nvlink_version(path) if path and Path(path).is_file() else None
+        if version:
+            return NvLink(path, version, "cuda")
     return None

@@ -10,7 +10,7 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime")
-CODE_SUFFIXES = (".py", ".h", ".cu")
+CODE_SUFFIXES = (".py", ".h", ".cuh", ".cu")
 
 
 def code_files() -> list[tuple[str, Path]]:

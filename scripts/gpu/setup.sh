@@ -17,7 +17,7 @@ WRAP
   export TRITON_RAW_CLANG="$root/clang"
 fi
 # (Re)install when the plugin's sources differ from what /tmp/site holds: a warm machine keeps /tmp.
-stamp=$(find triton_raw_ext runtime passes pyproject.toml -type f \( -name '*.py' -o -name '*.cu' -o -name '*.h' \
+stamp=$(find triton_raw_ext runtime passes pyproject.toml -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h' \
           -o -name '*.cpp' -o -name '*.toml' -o -name '*.txt' \) -not -path '*/__pycache__/*' | sort | xargs cat | sha1sum)
 if [ ! -d /tmp/site/triton_raw_ext ] || [ "$(cat /tmp/site/.trx_sources 2>/dev/null)" != "$stamp" ]; then
   rm -rf /tmp/site

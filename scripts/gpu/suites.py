@@ -241,6 +241,17 @@ def faults(gpus: int) -> Suite:
     ], budget_s=540)  # fmt: skip
 
 
+def nvshmem(gpus: int) -> Suite:
+    """triton_raw_ext.nvshmem: every call family at 2 and 4 PEs sharing GPU 0
+    (nvshmem_library_suite.py judges each case), then the ring all-gather example at 2 and 4 PEs."""
+    return Suite("nvshmem", [
+        Step("library", ("env", "OUT={dir}", "python3", "scripts/gpu/nvshmem_library_suite.py"), 420,
+             shared_gpu=True),
+        Step("ring_allgather_w2", _torchrun(2, "examples/ring_allgather.py"), 60, shared_gpu=True),
+        Step("ring_allgather_w4", _torchrun(4, "examples/ring_allgather.py"), 60, shared_gpu=True),
+    ], budget_s=540)  # fmt: skip
+
+
 def every_one_gpu_suite(gpus: int) -> Suite:
     """Every one-GPU suite in one bounded call: each part gets at most its cap (about what it takes on
     an H200 with a cold cache, plus a margin) and what the 540 s budget has left; a step that would
@@ -340,5 +351,5 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "faults": faults, "multi_gpu": multi_gpu, "all": every_one_gpu_suite,
+    "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu, "all": every_one_gpu_suite,
 }  # fmt: skip
