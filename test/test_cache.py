@@ -19,7 +19,7 @@ from conftest import requires_nvshmem
 
 from triton_raw_ext import nvshmem_install, version
 from triton_raw_ext.dialect import dialect
-from triton_raw_ext.nvshmem_objects import usable_nvlink
+from triton_raw_ext.toolchain import usable_nvlink
 
 KERNEL_PY = textwrap.dedent('''
     import json, sys

@@ -11,8 +11,7 @@ from kernels import raw_kernels as k
 
 from triton_raw_ext import nvshmem_cut, nvshmem_link
 from triton_raw_ext.knobs import nvshmem_transports
-from triton_raw_ext.nvshmem_objects import usable_nvlink
-from triton_raw_ext.toolchain import find_llvm_link
+from triton_raw_ext.toolchain import find_llvm_link, usable_nvlink
 
 RING_SIGNATURE = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
 

@@ -82,7 +82,7 @@ def test_nvlink_setting_that_does_not_run_names_the_fix(fresh_nvlink):
 
 def test_nvlink_older_than_triton_ptxas_is_not_used(fresh_nvlink, tmp_path):
     """An nvlink cannot read objects of a newer ptxas: collectives are then inlined, as without one."""
-    from triton_raw_ext.nvshmem_objects import usable_nvlink
+    from triton_raw_ext.toolchain import usable_nvlink
 
     fake = tmp_path / "nvlink"
     fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n")

@@ -24,8 +24,8 @@ from conftest import RAW_FUNCTION, aot, aot_error, assert_nvshmem_linked, assert
 from triton_raw_ext import RawCompileError
 from triton_raw_ext.cu_compiler import CompileSpec, compile_raw_library
 from triton_raw_ext.nvshmem_install import find_nvshmem
-from triton_raw_ext.nvshmem_objects import links_separately, usable_nvlink
-from triton_raw_ext.toolchain import find_llvm_link
+from triton_raw_ext.nvshmem_objects import links_separately
+from triton_raw_ext.toolchain import find_llvm_link, usable_nvlink
 
 if not has_nvshmem():
     pytest.skip("needs NVSHMEM (pip install nvidia-nvshmem-cu13)", allow_module_level=True)

@@ -79,7 +79,7 @@ def _wrap_llir(backend, stages: dict, options, capability: int, linked: list[Pat
         extern_libs = libs | dict(options.extern_libs or ())
         llir = backend.make_llir(src, metadata, dataclasses.replace(options, extern_libs=extern_libs), capability)
         llir = link_nvshmem(llir, capability, sm_arch_from_capability(capability), metadata)
-        check_undefined_calls(llir, linked)
+        check_undefined_calls(llir, linked, metadata.get("raw_nvshmem_objects") or ())
         return llir
 
     stages["llir"] = make_llir

@@ -182,8 +182,7 @@ def probe_llvm_link() -> Component:
 
 def probe_nvlink(arch: int) -> Component:
     """The nvlink that links NVSHMEM's collectives as precompiled objects; without it they are inlined."""
-    from .nvshmem_objects import usable_nvlink
-    from .toolchain import NVLINK_INSTALL_HINT, find_nvlink
+    from .toolchain import NVLINK_INSTALL_HINT, find_nvlink, usable_nvlink
 
     inlined = "NVSHMEM's collectives are then inlined: 5-10 s of ptxas in every kernel that calls one"
     try:

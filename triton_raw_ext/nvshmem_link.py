@@ -20,7 +20,8 @@ from triton_raw_ext.passes.module_io import declared_functions, parse
 from .errors import RawCompileError
 from .nvshmem_cut import STATE_GLOBALS, nvshmem_subset
 from .nvshmem_install import NVSHMEM_PREFIXES
-from .nvshmem_objects import links_separately, usable_nvlink
+from .nvshmem_objects import links_separately
+from .toolchain import usable_nvlink
 
 _DECLARED_NVSHMEM = re.compile(
     rf"^declare [^@\n]*@((?:{'|'.join(map(re.escape, NVSHMEM_PREFIXES))})\w*)\(", re.MULTILINE

@@ -4,7 +4,7 @@ A collective (barrier, sync, broadcast, alltoall, fcollect, reductions: :func:`l
 carries every algorithm NVSHMEM may pick at run time: an int32 min-reduce is 0.9 MB of LLVM IR,
 0.8 MB of PTX and 6-10 s of ptxas. Inlined, every kernel that calls one, and every specialisation
 of that kernel, pays for it again. Instead, when an nvlink at least as new as Triton's ptxas is
-found (:func:`usable_nvlink`), the collective stays an external call in the kernel, the kernel's PTX
+found (:func:`~.toolchain.usable_nvlink`), the collective stays an external call in the kernel, the kernel's PTX
 is assembled as relocatable code (``ptxas -c``), and nvlink links it with the collective's object,
 which is built once and cached.
 
@@ -35,7 +35,7 @@ from .errors import RawCompileError
 from .knobs import run_tool
 from .nvshmem_cut import STATE_GLOBALS, nvshmem_subset
 from .nvshmem_install import file_digest, find_nvshmem
-from .toolchain import NVLINK_INSTALL_HINT, NvLink, find_nvlink
+from .toolchain import NVLINK_INSTALL_HINT, usable_nvlink
 from .version import code_digest
 
 # Name words of NVSHMEM's collectives (`nvshmemx_int32_min_reduce_block`, `nvshmem_team_sync`,
@@ -57,16 +57,6 @@ def _ptxas(capability: int):
     from triton.backends.nvidia.compiler import get_ptxas
 
     return get_ptxas(capability)
-
-
-def usable_nvlink(capability: int) -> NvLink | None:
-    """The nvlink found, if its CUDA release is at least that of the ptxas Triton uses for ``capability``
-    (an older nvlink cannot read newer objects); else None, and collectives are inlined."""
-    tool = find_nvlink()
-    if tool is None:
-        return None
-    ptxas = tuple(int(part) for part in _ptxas(capability).version.split(".")[:2])
-    return tool if tool.version >= ptxas else None
 
 
 def register_limit(num_warps: int, maxnreg: int | None = None) -> int:

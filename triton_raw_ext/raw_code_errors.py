@@ -79,14 +79,16 @@ def _undefined_call_error(symbol: str, library: Path, ir_text: str) -> RawCompil
     )
 
 
-def check_undefined_calls(llir: str, libraries: Iterable[Path]) -> None:
+def check_undefined_calls(llir: str, libraries: Iterable[Path], linked_later: Iterable[str] = ()) -> None:
     """Raise :class:`RawCompileError` if kernel IR ``llir`` still declares a function that one of
-    ``libraries`` (the raw and ``libs=`` libraries linked into it) declares and ptxas cannot resolve.
+    ``libraries`` (the raw and ``libs=`` libraries linked into it) declares and ptxas cannot resolve,
+    other than ``linked_later`` (NVSHMEM collectives the `cubin` stage links as objects).
 
     The message names the raw function that calls it with its `.cu` line (with line tables), the
     symbol and the fix.
     """
-    undefined = {name for name in _DECLARED.findall(llir) if not name.startswith("llvm.")} - PTXAS_RESOLVES
+    declared = {name for name in _DECLARED.findall(llir) if not name.startswith("llvm.")}
+    undefined = declared - PTXAS_RESOLVES - set(linked_later)
     if not undefined:
         return
     for library in libraries:

@@ -312,3 +312,15 @@ def _find_nvlink(knob: str | None) -> NvLink | None:
         if version:
             return NvLink(path, version, "cuda")
     return None
+
+
+def usable_nvlink(capability: int) -> NvLink | None:
+    """The nvlink found, if its CUDA release is at least that of the ptxas Triton uses for ``capability``
+    (an older nvlink cannot read newer objects); else None, and collectives are inlined."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    tool = find_nvlink()
+    if tool is None:
+        return None
+    ptxas = tuple(int(part) for part in get_ptxas(capability).version.split(".")[:2])
+    return tool if tool.version >= ptxas else None

@@ -100,7 +100,7 @@ def prebuild(families: list[str], arch: int) -> dict:
     from nvshmem_library_checks import collectives_used
 
     import triton_raw_ext.nvshmem as shm
-    from triton_raw_ext.nvshmem_objects import usable_nvlink
+    from triton_raw_ext.toolchain import usable_nvlink
 
     start = time.perf_counter()
     workers = max(1, (os.cpu_count() or 2) - 1)
