@@ -22,10 +22,9 @@ import sys
 
 import torch
 import triton
-from triton_raw_ext.preload import preload
 
 import triton_raw_ext.nvshmem as shm
-from triton_raw_ext import runtime
+from triton_raw_ext import preload, runtime
 
 
 @triton.jit(do_not_specialize=["round_number"])  # one kernel for every round (Triton would specialise 1)

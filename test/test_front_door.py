@@ -319,6 +319,32 @@ def test_cu_edit_in_one_process_reaches_the_next_compile(tmp_path):
     assert out.returncode == 0 and out.stdout.split("\n")[-2] == "(True, False) (False, True) (False, True)"
 
 
+RAW_FUNCTION_AS_CONSTEXPR = EDIT_IN_ONE_PROCESS.split("x, y = ")[0] + """
+x, y = torch.zeros(64), torch.zeros(64)
+print("0f3F800000" in plus_kernels.apply_kernel.warmup(x, y, plus_kernels.plus, BLOCK=64, grid=(1,)).asm["ptx"])
+"""
+APPLY_KERNEL = """
+
+@triton.jit
+def apply_kernel(x_ptr, y_ptr, fn: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, fn(tl.load(x_ptr + offs)))
+"""
+
+
+def test_raw_function_as_constexpr_through_the_jit(tmp_path):
+    """A raw function passed as a constexpr argument to a JIT kernel compiles: Triton serialises each new
+    specialisation to JSON for the plugin's cache hook, and a raw function is not JSON."""
+    (tmp_path / "plus-device.cu").write_text('extern "C" __device__ float plus(float x) { return x + 1.0f; }\n')
+    (tmp_path / "plus_kernels.py").write_text(PLUS_KERNELS + APPLY_KERNEL)
+    (tmp_path / "run.py").write_text(RAW_FUNCTION_AS_CONSTEXPR)
+    env = {**os.environ, "TRITON_RAW_CACHE_DIR": str(tmp_path / "raw"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    out = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "True"
+
+
 ADD_ONE = 'extern "C" __device__ float add_one(float x) { return x + 1.0f; }\n'
 
 

@@ -11,15 +11,21 @@ it compiles a kernel for a new specialisation, gives each kernel that reaches ra
 kernel the hook stats those files, each once (a few microseconds each: ``bench/source_watch.py``); when one
 changed, every JIT function in the process forgets its hash and compiled kernels, so the launch
 rehashes, finds the new key and compiles the new code. A hook installed before is called first.
+
+A cache hook makes Triton serialise each new specialisation to JSON, constexpr values included;
+raw functions (and ``triton_raw_ext.nvshmem`` calls) passed as constexpr arguments are not JSON, so
+the serialisation is given their ``repr`` instead of raising.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import triton.runtime.jit as triton_jit
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
@@ -87,8 +93,36 @@ def watch(fn: JITFunction) -> None:
         fn.add_pre_run_hook(_pre_run(raw_functions))
 
 
+def _jsonable(value):
+    """``value`` with what JSON cannot hold (a raw function given as a constexpr) replaced by its repr."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_jsonable(v) for v in value)
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+def _serialise_any_constexpr(serialise: Callable) -> Callable:
+    # (name, signature, constants, attrs, options, key[, target from Triton 3.8])
+    def serialise_specialisation(*args):
+        try:
+            return serialise(*args)
+        except TypeError:
+            name, signature, constants, attrs, options, key, *rest = args
+            return serialise(name, signature, _jsonable(constants), attrs, options, _jsonable(key), *rest)
+
+    setattr(serialise_specialisation, _MARK, True)
+    return serialise_specialisation
+
+
 def install() -> None:
     """Chain :func:`watch` into ``knobs.runtime.jit_cache_hook``; safe to call more than once."""
+    if not getattr(triton_jit.serialize_specialization_data, _MARK, False):
+        triton_jit.serialize_specialization_data = _serialise_any_constexpr(triton_jit.serialize_specialization_data)
     previous = knobs.runtime.jit_cache_hook
     if getattr(previous, _MARK, False):
         return
