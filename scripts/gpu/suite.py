@@ -88,6 +88,10 @@ def bundle_env(env: dict[str, str], triton: Path | None, nvshmem: Path | None, r
     if triton is not None:
         _unpack(triton, root / "triton-bundle")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "triton-bundle"), env.get("PYTHONPATH")]))
+        # The bundle leaves out the Blackwell ptxas; Triton 3.9 looks it up even for sm_90, never runs it there.
+        bin_dir = root / "triton-bundle" / "triton" / "backends" / "nvidia" / "bin"
+        if not (bin_dir / "ptxas-blackwell").exists():
+            env.setdefault("TRITON_PTXAS_BLACKWELL_PATH", str(bin_dir / "ptxas"))
     if nvshmem is not None:
         home = root / "nvshmem-bundle"
         _unpack(nvshmem, home)
