@@ -443,6 +443,30 @@ def test_hanging_clang_is_stopped_and_frees_the_cache_entry(tmp_path, monkeypatc
         knobs.clang = None
 
 
+HANGING_PTXAS = """#!/bin/sh
+case "$1" in --version) exec {real} --version;; esac
+exec sleep 60
+"""
+
+
+def test_hanging_ptxas_on_raw_code_is_stopped(tmp_path, monkeypatch):
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    ptxas = tmp_path / "ptxas"
+    ptxas.write_text(HANGING_PTXAS.format(real=get_ptxas(90).path))
+    ptxas.chmod(0o755)
+    monkeypatch.setenv("TRITON_RAW_CACHE_DIR", str(tmp_path / "raw"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    fn = _add_one_in(tmp_path)
+    fn.library(90)  # clang's part, before the bound is made short
+    monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "2")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", str(ptxas))
+    message = aot_error(_elementwise, {"x_ptr": "*fp32", "y_ptr": "*fp32", "fn": "constexpr", "BLOCK": "constexpr"},
+                        {"fn": fn, "BLOCK": 64})
+    assert "ptxas did not finish within 2 s on a kernel with raw code (it was stopped; raise " \
+           "TRITON_RAW_TOOL_TIMEOUT_S if it needs longer)" in message
+
+
 def test_tool_timeout_must_be_positive(monkeypatch):
     from triton_raw_ext.knobs import tool_timeout_s
 

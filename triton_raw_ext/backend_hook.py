@@ -26,6 +26,7 @@ keys (3.7 and newer), the key is the plugin's code digest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -38,6 +39,8 @@ from .cu_compiler import SIGNATURE_FILE
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
 from .nvshmem_objects import link_kernel, register_limit
+from .ptxas_bound import bounded
+from .ptxas_bound import install as install_ptxas_bound
 from .raw_code_errors import check_undefined_calls, ptxas_errors_in_raw_code
 from .triton_version import stage_hook
 from .version import code_digest
@@ -89,7 +92,7 @@ def _wrap_cubin(backend, stages: dict, options, linked: list[Path]) -> None:
     original = stages["cubin"]
 
     def make_cubin(src, metadata):
-        with ptxas_errors_in_raw_code(src, linked):
+        with ptxas_errors_in_raw_code(src, linked), (bounded() if linked else contextlib.nullcontext()):
             collectives = metadata.get("raw_nvshmem_objects")
             if not collectives:
                 return original(src, metadata)
@@ -117,6 +120,7 @@ def install() -> None:
     hook = stage_hook(_add_stages, f"triton_raw_ext-{code_digest()}", previous)
     setattr(hook, _HOOK_MARK, True)
     knobs.runtime.add_stages_inspection_hook = hook
+    install_ptxas_bound()
     from .module_init import init_nvshmem_module
     from .source_watch import install as install_source_watch
 
