@@ -17,7 +17,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from .module_io import defined_functions, function_attributes, global_dce, nvptx_target_machine
+from .module_io import defined_functions, function_attributes, global_dce, nvptx_target_machine, simplify_functions
 from .tool_pass import Option, OptionValues, ToolContext, ToolPass, names
 
 
@@ -40,10 +40,7 @@ def link_library(kernel: llvm.ModuleRef, library: llvm.ModuleRef, keep_globals: 
     mpm.add_always_inliner_pass()
     mpm.add_ipsccp_pass()
     mpm.run(kernel, pb)
-    fpm = pb.getFunctionPassManager()
-    for fn in defined_functions(kernel):
-        if fn.name in own:
-            fpm.run(fn, pb)
+    simplify_functions(kernel, own, cpu)
     global_dce(kernel)
     return names
 

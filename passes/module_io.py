@@ -72,6 +72,16 @@ def infer_function_attributes(mod: llvm.ModuleRef) -> None:
     mpm.run(mod, pb)
 
 
+def simplify_functions(mod: llvm.ModuleRef, names: set[str] | None = None, cpu: str = "sm_90") -> None:
+    """Run the -O3 function simplification pipeline on ``mod``'s defined functions (those in ``names``
+    when given), each on its own: no inlining across functions, no module-wide passes."""
+    pb = llvm.create_pass_builder(nvptx_target_machine(cpu), llvm.create_pipeline_tuning_options(speed_level=3))
+    fpm = pb.getFunctionPassManager()
+    for fn in defined_functions(mod):
+        if names is None or fn.name in names:
+            fpm.run(fn, pb)
+
+
 def global_dce(mod: llvm.ModuleRef) -> None:
     """Delete unreferenced internal functions and globals, and declarations nothing uses."""
     tm = nvptx_target_machine()

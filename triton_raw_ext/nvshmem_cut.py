@@ -27,14 +27,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 
 from triton_raw_ext.passes import extract_needed, pin_device_transport, triton_compat
-from triton_raw_ext.passes.module_io import (
-    declared_functions,
-    defined_functions,
-    global_dce,
-    load,
-    nvptx_target_machine,
-    parse,
-)
+from triton_raw_ext.passes.module_io import declared_functions, global_dce, load, parse, simplify_functions
 
 from .cache import digest, get_or_build, write_atomic
 from .errors import RawCompileError
@@ -89,10 +82,7 @@ def _pinned_to_proxy(mod: llvm.ModuleRef) -> llvm.ModuleRef:
     if not pinned:
         return mod  # a release without device-initiated transports (the unified 3.4 bitcode)
     mod = parse(text, "NVSHMEM cut pinned to the proxy transport")
-    pb = llvm.create_pass_builder(nvptx_target_machine(), llvm.create_pipeline_tuning_options(speed_level=3))
-    fpm = pb.getFunctionPassManager()
-    for fn in defined_functions(mod):
-        fpm.run(fn, pb)
+    simplify_functions(mod)
     global_dce(mod)
     return mod
 
