@@ -68,8 +68,35 @@ def pattern(pe: int, count: int, dtype: torch.dtype, offset: int = 0) -> torch.T
     return ((torch.arange(count, device="cuda") + offset + 17 * pe) % 100).to(dtype)
 
 
+class CompileOnly:
+    """While active, the checks compile their kernels into Triton's cache instead of running them:
+    no NVSHMEM, plain CUDA tensors, no barriers or expectations; launch number ``i`` is compiled only
+    when ``i % shards == shard``, so processes can share the compiling. Kernels take PE numbers
+    unspecialised, so one pass compiles what every PE of every world size launches."""
+
+    active: CompileOnly | None = None
+
+    def __init__(self, shard: int = 0, shards: int = 1) -> None:
+        self.shard, self.shards, self.launches = shard, shards, 0
+
+    def __enter__(self) -> CompileOnly:
+        CompileOnly.active = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        CompileOnly.active = None
+
+
+def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A symmetric tensor of zeros (a plain one when only compiling)."""
+    if CompileOnly.active:
+        return torch.zeros(shape, device="cuda", dtype=dtype)
+    return runtime.zeros(shape, dtype)
+
+
 def synced() -> None:
-    runtime.barrier_all()
+    if not CompileOnly.active:
+        runtime.barrier_all()
     torch.cuda.synchronize()
 
 
@@ -85,6 +112,8 @@ def case(label: str, check: Callable[[], None]) -> Case:
 
 
 def expect_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    if CompileOnly.active:
+        return
     if not torch.equal(got.cpu(), want.cpu()):
         raise AssertionError(f"{what}: got {got.flatten()[:8].tolist()}, expected {want.flatten()[:8].tolist()}")
 
@@ -106,20 +135,20 @@ def query_kernel(out, buf):
     tl.store(out + 5, tl.load(shm.ptr(buf, (me + 1) % n), volatile=True))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def transfer_kernel(dest, source, count, pe, CALL: tl.constexpr, QUIET: tl.constexpr):
     CALL(dest, source, count, pe)
     if QUIET:
         shm.quiet()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value", "pe"])
 def p_g_kernel(dest, source, out, value, pe, P: tl.constexpr, G: tl.constexpr):
     P(dest, value.to(dest.dtype.element_ty), pe)
     tl.store(out, G(source, pe))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def elementwise_kernel(dest, source, got, pe, BLOCK: tl.constexpr):
     """Per-element p and g, putmem and getmem of one int each: BLOCK remote stores and loads."""
     offs = tl.arange(0, BLOCK)
@@ -130,34 +159,34 @@ def elementwise_kernel(dest, source, got, pe, BLOCK: tl.constexpr):
     shm.quiet()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def put_signal_kernel(dest, source, count, sig, out, value, pe, CALL: tl.constexpr, SIG_OP: tl.constexpr):
     CALL(dest, source, count, sig, value, SIG_OP, pe)
     tl.store(out, shm.signal_wait_until(sig, shm.CMP_EQ, value))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def signal_op_kernel(sig, out, value, pe):
     shm.signal_op(sig, value, shm.SIGNAL_SET, pe)
     shm.signal_wait_until(sig, shm.CMP_GE, value)
     tl.store(out, shm.signal_fetch(sig))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value", "pe"])
 def wait_kernel(flag, value, pe, P: tl.constexpr, WAIT: tl.constexpr):
     v = value.to(flag.dtype.element_ty)
     P(flag, v, pe)
     WAIT(flag, shm.CMP_EQ, v)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def elementwise_wait_kernel(flags, value, pe, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     shm.int_p(flags + offs, value + offs, pe)
     shm.int_wait_until(flags + offs, shm.CMP_EQ, value + offs)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["round_number", "pe"])
 def ordering_kernel(data, flag, out, round_number, pe, QUIET: tl.constexpr, BLOCK: tl.constexpr):
     """A non-blocking put, then fence (or quiet), then a flag: who sees the flag sees the data."""
     shm.putmem_nbi(data, data + BLOCK, BLOCK * 4, pe)
@@ -191,7 +220,7 @@ def barrier_kernel(slots, out, rounds, CALL: tl.constexpr, TEAMED: tl.constexpr,
             CALL()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["root"])
 def collective_kernel(dest, source, count, root, out, CALL: tl.constexpr, ROOTED: tl.constexpr):
     if ROOTED:
         status = CALL(shm.TEAM_WORLD, dest, source, count, root)
@@ -200,7 +229,7 @@ def collective_kernel(dest, source, count, root, out, CALL: tl.constexpr, ROOTED
     tl.store(out, status)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def amo_kernel(cell, out, value, cond, pe, CALL: tl.constexpr, FORM: tl.constexpr):
     """FORM: 0 fetch-like (cell, pe) -> old, 1 inc (cell, pe), 2 (cell, value, pe) -> old,
     3 (cell, value, pe), 4 compare_swap (cell, cond, value, pe) -> old."""
@@ -217,14 +246,20 @@ def amo_kernel(cell, out, value, cond, pe, CALL: tl.constexpr, FORM: tl.constexp
         tl.store(out, CALL(cell, cond.to(t), value.to(t), pe))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pe"])
 def elementwise_amo_kernel(cells, out, pe, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(out + offs, shm.int_atomic_fetch_add(cells + offs, offs + 1, pe))
 
 
 def launch(kernel, *args, **constexprs) -> None:
-    kernel[(1,)](*args, num_warps=NUM_WARPS, **constexprs)
+    compiling = CompileOnly.active
+    if compiling is None:
+        kernel[(1,)](*args, num_warps=NUM_WARPS, **constexprs)
+        return
+    compiling.launches += 1
+    if (compiling.launches - 1) % compiling.shards == compiling.shard:
+        kernel.warmup(*args, grid=(1,), num_warps=NUM_WARPS, **constexprs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,7 +268,7 @@ def launch(kernel, *args, **constexprs) -> None:
 
 
 def check_query(pes: Pes) -> Iterator[Case]:
-    buf = runtime.zeros((1,), torch.int32)
+    buf = zeros((1,), torch.int32)
     buf.fill_(100 + pes.me)
     out = torch.zeros(8, device="cuda", dtype=torch.int32)
     synced()
@@ -252,8 +287,8 @@ def _transfer_case(pes: Pes, call: str, type_name: str | None) -> Case:
     """``call`` moves NELEMS values between this PE and the right one (put: into it; get: from it)."""
     dtype = torch_dtype(type_name) if type_name else torch.int32
     count = NELEMS if type_name else NELEMS * 4  # typed calls count elements, *mem calls bytes
-    source = runtime.zeros((NELEMS,), dtype)
-    dest = runtime.zeros((NELEMS,), dtype)
+    source = zeros((NELEMS,), dtype)
+    dest = zeros((NELEMS,), dtype)
     source.copy_(pattern(pes.me, NELEMS, dtype))
     synced()
     get = "get" in call
@@ -276,7 +311,7 @@ def check_rma(pes: Pes) -> Iterator[Case]:
                 yield _transfer_case(pes, f"{type_name}_{op}{scope}", type_name)
     for type_name in TYPES:  # p and g of every type
         dtype = torch_dtype(type_name)
-        dest, source = runtime.zeros((1,), dtype), runtime.zeros((1,), dtype)
+        dest, source = zeros((1,), dtype), zeros((1,), dtype)
         source.fill_(40 + pes.me)
         out = torch.zeros(1, device="cuda", dtype=dtype)
         synced()
@@ -290,7 +325,7 @@ def check_rma(pes: Pes) -> Iterator[Case]:
             expect_equal(out, torch.tensor([40 + pes.right], dtype=dtype), f"{type_name}_g")
 
         yield case(f"{type_name}_p {type_name}_g", run)
-    source, dest = runtime.zeros((PER_THREAD,), torch.int32), runtime.zeros((2 * PER_THREAD,), torch.int32)
+    source, dest = zeros((PER_THREAD,), torch.int32), zeros((2 * PER_THREAD,), torch.int32)
     got = torch.zeros(2 * PER_THREAD, device="cuda", dtype=torch.int32)
     source.copy_(pattern(pes.me, PER_THREAD, torch.int32))
     synced()
@@ -307,8 +342,8 @@ def check_rma(pes: Pes) -> Iterator[Case]:
 def _put_signal_case(pes: Pes, call: str, type_name: str | None, sig_op: str) -> Case:
     dtype = torch_dtype(type_name) if type_name else torch.int32
     count = NELEMS if type_name else NELEMS * 4
-    source, dest = runtime.zeros((NELEMS,), dtype), runtime.zeros((NELEMS,), dtype)
-    sig = runtime.zeros((1,), torch.int64)
+    source, dest = zeros((NELEMS,), dtype), zeros((NELEMS,), dtype)
+    sig = zeros((1,), torch.int64)
     out = torch.zeros(1, device="cuda", dtype=torch.int64)
     source.copy_(pattern(pes.me, NELEMS, dtype))
     synced()
@@ -332,7 +367,7 @@ def check_signal(pes: Pes) -> Iterator[Case]:
         for op in ("put_signal", "put_signal_nbi"):
             for scope in ("", "_warp", "_block") if type_name == "int" else ("_block",):
                 yield _put_signal_case(pes, f"{type_name}_{op}{scope}", type_name, "SIGNAL_SET")
-    sig = runtime.zeros((1,), torch.int64)
+    sig = zeros((1,), torch.int64)
     out = torch.zeros(1, device="cuda", dtype=torch.int64)
     synced()
 
@@ -347,7 +382,7 @@ def check_signal(pes: Pes) -> Iterator[Case]:
 def check_wait(pes: Pes) -> Iterator[Case]:
     for type_name in WAIT_TYPES:
         dtype = torch_dtype(type_name)
-        flag = runtime.zeros((1,), dtype)
+        flag = zeros((1,), dtype)
         synced()
 
         def run(flag=flag, dtype=dtype, type_name=type_name) -> None:
@@ -357,7 +392,7 @@ def check_wait(pes: Pes) -> Iterator[Case]:
             expect_equal(flag, torch.tensor([9], dtype=dtype), f"{type_name}_wait_until")
 
         yield case(f"{type_name}_wait_until", run)
-    flags = runtime.zeros((PER_THREAD,), torch.int32)
+    flags = zeros((PER_THREAD,), torch.int32)
     synced()
 
     def elementwise() -> None:
@@ -370,8 +405,8 @@ def check_wait(pes: Pes) -> Iterator[Case]:
 
 def check_fence_quiet(pes: Pes) -> Iterator[Case]:
     for order, quiet in (("fence", False), ("quiet", True)):
-        data = runtime.zeros((2 * NELEMS,), torch.int32)
-        flag = runtime.zeros((1,), torch.int32)
+        data = zeros((2 * NELEMS,), torch.int32)
+        flag = zeros((1,), torch.int32)
         out = torch.zeros(NELEMS, device="cuda", dtype=torch.int32)
         synced()
 
@@ -395,7 +430,7 @@ def check_sync(pes: Pes) -> Iterator[Case]:
     rounds = 4
     for name, teamed, quiet in SYNCS:
         for scope in ("", "_warp", "_block"):
-            slots = runtime.zeros((pes.n,), torch.int32)
+            slots = zeros((pes.n,), torch.int32)
             out = torch.zeros(rounds + 1, device="cuda", dtype=torch.int32)
             synced()
 
@@ -413,8 +448,8 @@ def _collective_case(pes: Pes, call: str, type_name: str | None, kind: str) -> C
     dtype = torch_dtype(type_name) if type_name else torch.int32
     count = NELEMS if type_name else NELEMS * 4
     blocks = 1 if kind == "broadcast" else pes.n
-    source = runtime.zeros((blocks * NELEMS,), dtype)
-    dest = runtime.zeros((pes.n * NELEMS if kind != "broadcast" else NELEMS,), dtype)
+    source = zeros((blocks * NELEMS,), dtype)
+    dest = zeros((pes.n * NELEMS if kind != "broadcast" else NELEMS,), dtype)
     out = torch.full((1,), -1, device="cuda", dtype=torch.int32)
     source.copy_(pattern(pes.me, blocks * NELEMS, dtype))
     synced()
@@ -481,7 +516,7 @@ def _reduce_checks(op: str) -> Callable[[Pes], Iterator[Case]]:
     def check(pes: Pes) -> Iterator[Case]:
         for call, type_name in _reduce_calls(op):
             dtype = torch_dtype(type_name)
-            source, dest = runtime.zeros((NELEMS,), dtype), runtime.zeros((NELEMS,), dtype)
+            source, dest = zeros((NELEMS,), dtype), zeros((NELEMS,), dtype)
             out = torch.full((1,), -1, device="cuda", dtype=torch.int32)
             source.copy_(_reduce_source(op, pes.me, dtype))
             synced()
@@ -512,7 +547,7 @@ def check_atomics(pes: Pes) -> Iterator[Case]:
     for op, (types, form, after, fetches) in AMOS.items():
         for type_name in types:
             dtype = torch_dtype(type_name)
-            cell = runtime.zeros((1,), dtype)
+            cell = zeros((1,), dtype)
             cell.fill_(12)
             out = torch.zeros(1, device="cuda", dtype=dtype)
             synced()
@@ -528,7 +563,7 @@ def check_atomics(pes: Pes) -> Iterator[Case]:
                     expect_equal(out, torch.tensor([12], dtype=dtype), f"{call}: the right PE's old value")
 
             yield case(call, run)
-    cells = runtime.zeros((PER_THREAD,), torch.int32)
+    cells = zeros((PER_THREAD,), torch.int32)
     out = torch.zeros(PER_THREAD, device="cuda", dtype=torch.int32)
     synced()
 

@@ -94,9 +94,22 @@ def _build(job: tuple[str, str, int]) -> tuple[str, float, str | None]:
     return f"{kind} {name}", round(time.perf_counter() - start, 2), error
 
 
+def _compile_checks(job: tuple[str, int, int]) -> tuple[str, float, str | None]:
+    """Compile shard ``shard`` of ``shards`` of one family's check kernels into Triton's cache."""
+    import nvshmem_library_checks as checks
+
+    family, shard, shards = job
+    os.environ.update(SAFE_ENV, TRITON_RAW_SHARED_GPU="1")
+    start = time.perf_counter()
+    with checks.CompileOnly(shard, shards):
+        errors = [f"{label}: {error}" for label, error in checks.FAMILIES[family](checks.Pes(0, 2)) if error]
+    return f"kernels {family} {shard}/{shards}", round(time.perf_counter() - start, 2), "; ".join(errors)[:1000] or None
+
+
 def prebuild(families: list[str], arch: int) -> dict:
-    """The library's `.cu` files, then the collectives' objects, in parallel processes (spawned: this
-    process has started CUDA)."""
+    """The library's `.cu` files, the collectives' objects, then the check kernels, in parallel processes
+    (spawned: this process has started CUDA), so the PEs find everything in the caches instead of each
+    compiling the same kernels one after another."""
     from nvshmem_library_checks import collectives_used
 
     import triton_raw_ext.nvshmem as shm
@@ -110,6 +123,8 @@ def prebuild(families: list[str], arch: int) -> dict:
         results = list(pool.map(_build, sources))
         objects = [("object", s, arch) for s in collectives_used(families)] if usable_nvlink(arch) else []
         results += list(pool.map(_build, objects))
+        shards = 4
+        results += list(pool.map(_compile_checks, [(f, i, shards) for f in families for i in range(shards)]))
     for label, seconds, error in results:
         built[label] = {"seconds": seconds, "error": error}
     return {"seconds": round(time.perf_counter() - start, 1), "workers": workers, "nvlink": bool(usable_nvlink(arch)),
