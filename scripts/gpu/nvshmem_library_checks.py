@@ -10,6 +10,7 @@ one kernel serves a family's calls. Needs triton_raw_ext.runtime initialised.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -531,36 +532,39 @@ def _reduce_checks(op: str) -> Callable[[Pes], Iterator[Case]]:
     return check
 
 
-# op -> (types, kernel form, cell after the left PE's op on a cell holding 12 with value 5, returns the old value)
+# op -> (types, kernel form, the cell after the left PE's op with value v on a cell holding c, returns the old value)
 AMOS = {
-    "fetch": (AMO_FETCH_TYPES, 0, 12, True), "set": (AMO_FETCH_TYPES, 3, 5, False),
-    "swap": (AMO_FETCH_TYPES, 2, 5, True), "compare_swap": (AMO_CSWAP_TYPES, 4, 5, True),
-    "fetch_inc": (AMO_ADD_TYPES, 0, 13, True), "inc": (AMO_ADD_TYPES, 1, 13, False),
-    "fetch_add": (AMO_ADD_TYPES, 2, 17, True), "add": (AMO_ADD_TYPES, 3, 17, False),
-    "fetch_and": (AMO_BITWISE_TYPES, 2, 4, True), "and": (AMO_BITWISE_TYPES, 3, 4, False),
-    "fetch_or": (AMO_BITWISE_TYPES, 2, 13, True), "or": (AMO_BITWISE_TYPES, 3, 13, False),
-    "fetch_xor": (AMO_BITWISE_TYPES, 2, 9, True), "xor": (AMO_BITWISE_TYPES, 3, 9, False),
+    "fetch": (AMO_FETCH_TYPES, 0, lambda c, v: c, True), "set": (AMO_FETCH_TYPES, 3, lambda c, v: v, False),
+    "swap": (AMO_FETCH_TYPES, 2, lambda c, v: v, True), "compare_swap": (AMO_CSWAP_TYPES, 4, lambda c, v: v, True),
+    "fetch_inc": (AMO_ADD_TYPES, 0, lambda c, v: c + 1, True), "inc": (AMO_ADD_TYPES, 1, lambda c, v: c + 1, False),
+    "fetch_add": (AMO_ADD_TYPES, 2, operator.add, True), "add": (AMO_ADD_TYPES, 3, operator.add, False),
+    "fetch_and": (AMO_BITWISE_TYPES, 2, operator.and_, True), "and": (AMO_BITWISE_TYPES, 3, operator.and_, False),
+    "fetch_or": (AMO_BITWISE_TYPES, 2, operator.or_, True), "or": (AMO_BITWISE_TYPES, 3, operator.or_, False),
+    "fetch_xor": (AMO_BITWISE_TYPES, 2, operator.xor, True), "xor": (AMO_BITWISE_TYPES, 3, operator.xor, False),
 }  # fmt: skip
+# The cell's and the value's high bits for 64-bit integer types: an operation on 32 bits only is seen.
+HIGH_BITS = 3 << 33
 
 
 def check_atomics(pes: Pes) -> Iterator[Case]:
     for op, (types, form, after, fetches) in AMOS.items():
         for type_name in types:
             dtype = torch_dtype(type_name)
+            high = HIGH_BITS if dtype == torch.int64 else 0
+            cell_value, value = (12.0, 5.0) if dtype.is_floating_point else (12 + high, 5 + high)
             cell = zeros((1,), dtype)
-            cell.fill_(12)
+            cell.fill_(cell_value)
             out = torch.zeros(1, device="cuda", dtype=dtype)
             synced()
-            value, cond = (5.0, 12.0) if dtype.is_floating_point else (5, 12)
-            call = f"{type_name}_atomic_{op}"
+            call, want = f"{type_name}_atomic_{op}", after(cell_value, value)
 
-            def run(cell=cell, out=out, value=value, cond=cond, dtype=dtype, call=call, form=form, after=after,
+            def run(cell=cell, out=out, value=value, cond=cell_value, dtype=dtype, call=call, form=form, want=want,
                     fetches=fetches) -> None:
                 launch(amo_kernel, cell, out, value, cond, pes.right, CALL=getattr(shm, call), FORM=form)
                 synced()
-                expect_equal(cell, torch.tensor([after], dtype=dtype), f"{call}: the cell the left PE updated")
+                expect_equal(cell, torch.tensor([want], dtype=dtype), f"{call}: the cell the left PE updated")
                 if fetches:
-                    expect_equal(out, torch.tensor([12], dtype=dtype), f"{call}: the right PE's old value")
+                    expect_equal(out, torch.tensor([cond], dtype=dtype), f"{call}: the right PE's old value")
 
             yield case(call, run)
     cells = zeros((PER_THREAD,), torch.int32)

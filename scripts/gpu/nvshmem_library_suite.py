@@ -36,6 +36,7 @@ FAMILY_NAMES = ("query", "rma", "signal", "wait", "fence_quiet", "barrier_sync",
                 "reduce_and", "reduce_or", "reduce_xor", "reduce_min", "reduce_max", "reduce_sum", "reduce_prod",
                 "atomics")  # nvshmem_library_checks.FAMILIES, without importing torch here  # fmt: skip
 RESULT_FILE = "nvshmem_library_suite.json"
+KERNEL_SHARDS = 8  # processes sharing one family's check kernels (the largest have ~130)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,9 +123,13 @@ def prebuild(families: list[str], arch: int) -> dict:
         sources = [("family", f, arch) for f in dict.fromkeys(c.family for c in shm.CALLS)]
         results = list(pool.map(_build, sources))
         objects = [("object", s, arch) for s in collectives_used(families)] if usable_nvlink(arch) else []
-        results += list(pool.map(_build, objects))
-        shards = 4
-        results += list(pool.map(_compile_checks, [(f, i, shards) for f in families for i in range(shards)]))
+        # The kernels of the families that call no collective compile beside the objects; the others after.
+        needs_objects = [f for f in families if collectives_used([f])]
+        kernels = [(f, i, KERNEL_SHARDS) for f in families for i in range(KERNEL_SHARDS)]
+        first = [pool.submit(_build, job) for job in objects]
+        first += [pool.submit(_compile_checks, job) for job in kernels if job[0] not in needs_objects]
+        results += [future.result() for future in first]
+        results += list(pool.map(_compile_checks, [job for job in kernels if job[0] in needs_objects]))
     for label, seconds, error in results:
         built[label] = {"seconds": seconds, "error": error}
     return {"seconds": round(time.perf_counter() - start, 1), "workers": workers, "nvlink": bool(usable_nvlink(arch)),

@@ -265,13 +265,13 @@ extern "C" __device__ int shm_int_atomic_swap__thread0(int *dest, int value, int
   return in_thread0([&] { return nvshmem_int_atomic_swap(dest, value, pe); });
 }
 
-// nvshmem_long_atomic_swap: thread
+// nvshmem_long_atomic_swap: thread; made as nvshmem_longlong_atomic_swap: NVSHMEM's long swap exchanges only the low 32 bits
 SAME_SIGNATURE(nvshmem_long_atomic_swap, long (*)(long *, long, int));
 extern "C" __device__ long shm_long_atomic_swap(long *dest, long value, int pe) {
-  return nvshmem_long_atomic_swap(dest, value, pe);
+  return (long)nvshmem_longlong_atomic_swap((long long *)dest, (long long)value, pe);
 }
 extern "C" __device__ long shm_long_atomic_swap__thread0(long *dest, long value, int pe) {
-  return in_thread0([&] { return nvshmem_long_atomic_swap(dest, value, pe); });
+  return in_thread0([&] { return (long)nvshmem_longlong_atomic_swap((long long *)dest, (long long)value, pe); });
 }
 
 // nvshmem_longlong_atomic_swap: thread
@@ -373,13 +373,13 @@ extern "C" __device__ float shm_float_atomic_swap__thread0(float *dest, float va
   return in_thread0([&] { return nvshmem_float_atomic_swap(dest, value, pe); });
 }
 
-// nvshmem_double_atomic_swap: thread
+// nvshmem_double_atomic_swap: thread; made as nvshmem_ulonglong_atomic_swap of the value's bits: NVSHMEM before 3.8 returns the old value's bits converted to double
 SAME_SIGNATURE(nvshmem_double_atomic_swap, double (*)(double *, double, int));
 extern "C" __device__ double shm_double_atomic_swap(double *dest, double value, int pe) {
-  return nvshmem_double_atomic_swap(dest, value, pe);
+  return __builtin_bit_cast(double, nvshmem_ulonglong_atomic_swap((unsigned long long *)dest, __builtin_bit_cast(unsigned long long, value), pe));
 }
 extern "C" __device__ double shm_double_atomic_swap__thread0(double *dest, double value, int pe) {
-  return in_thread0([&] { return nvshmem_double_atomic_swap(dest, value, pe); });
+  return in_thread0([&] { return __builtin_bit_cast(double, nvshmem_ulonglong_atomic_swap((unsigned long long *)dest, __builtin_bit_cast(unsigned long long, value), pe)); });
 }
 
 // nvshmem_int_atomic_compare_swap: thread
