@@ -265,7 +265,7 @@ extern "C" __device__ int shm_int_atomic_swap__thread0(int *dest, int value, int
   return in_thread0([&] { return nvshmem_int_atomic_swap(dest, value, pe); });
 }
 
-// nvshmem_long_atomic_swap: thread; made as nvshmem_longlong_atomic_swap: NVSHMEM's long swap exchanges only the low 32 bits
+// nvshmem_long_atomic_swap: thread; made as nvshmem_longlong_atomic_swap: NVSHMEM's acts on 32 of the 64 bits
 SAME_SIGNATURE(nvshmem_long_atomic_swap, long (*)(long *, long, int));
 extern "C" __device__ long shm_long_atomic_swap(long *dest, long value, int pe) {
   return (long)nvshmem_longlong_atomic_swap((long long *)dest, (long long)value, pe);
@@ -517,13 +517,13 @@ extern "C" __device__ unsigned int shm_uint_atomic_fetch_inc__thread0(unsigned i
   return in_thread0([&] { return nvshmem_uint_atomic_fetch_inc(dest, pe); });
 }
 
-// nvshmem_ulong_atomic_fetch_inc: thread
+// nvshmem_ulong_atomic_fetch_inc: thread; made as nvshmem_ulonglong_atomic_fetch_inc: NVSHMEM's acts on 32 of the 64 bits
 SAME_SIGNATURE(nvshmem_ulong_atomic_fetch_inc, unsigned long (*)(unsigned long *, int));
 extern "C" __device__ unsigned long shm_ulong_atomic_fetch_inc(unsigned long *dest, int pe) {
-  return nvshmem_ulong_atomic_fetch_inc(dest, pe);
+  return (unsigned long)nvshmem_ulonglong_atomic_fetch_inc((unsigned long long *)dest, pe);
 }
 extern "C" __device__ unsigned long shm_ulong_atomic_fetch_inc__thread0(unsigned long *dest, int pe) {
-  return in_thread0([&] { return nvshmem_ulong_atomic_fetch_inc(dest, pe); });
+  return in_thread0([&] { return (unsigned long)nvshmem_ulonglong_atomic_fetch_inc((unsigned long long *)dest, pe); });
 }
 
 // nvshmem_ulonglong_atomic_fetch_inc: thread
@@ -598,13 +598,13 @@ extern "C" __device__ void shm_uint_atomic_inc__thread0(unsigned int *dest, int 
   in_thread0([&] { nvshmem_uint_atomic_inc(dest, pe); });
 }
 
-// nvshmem_ulong_atomic_inc: thread
+// nvshmem_ulong_atomic_inc: thread; made as nvshmem_ulonglong_atomic_inc: NVSHMEM's acts on 32 of the 64 bits
 SAME_SIGNATURE(nvshmem_ulong_atomic_inc, void (*)(unsigned long *, int));
 extern "C" __device__ void shm_ulong_atomic_inc(unsigned long *dest, int pe) {
-  nvshmem_ulong_atomic_inc(dest, pe);
+  nvshmem_ulonglong_atomic_inc((unsigned long long *)dest, pe);
 }
 extern "C" __device__ void shm_ulong_atomic_inc__thread0(unsigned long *dest, int pe) {
-  in_thread0([&] { nvshmem_ulong_atomic_inc(dest, pe); });
+  in_thread0([&] { nvshmem_ulonglong_atomic_inc((unsigned long long *)dest, pe); });
 }
 
 // nvshmem_ulonglong_atomic_inc: thread
@@ -679,13 +679,13 @@ extern "C" __device__ unsigned int shm_uint_atomic_fetch_add__thread0(unsigned i
   return in_thread0([&] { return nvshmem_uint_atomic_fetch_add(dest, value, pe); });
 }
 
-// nvshmem_ulong_atomic_fetch_add: thread
+// nvshmem_ulong_atomic_fetch_add: thread; made as nvshmem_ulonglong_atomic_fetch_add: NVSHMEM's acts on 32 of the 64 bits
 SAME_SIGNATURE(nvshmem_ulong_atomic_fetch_add, unsigned long (*)(unsigned long *, unsigned long, int));
 extern "C" __device__ unsigned long shm_ulong_atomic_fetch_add(unsigned long *dest, unsigned long value, int pe) {
-  return nvshmem_ulong_atomic_fetch_add(dest, value, pe);
+  return (unsigned long)nvshmem_ulonglong_atomic_fetch_add((unsigned long long *)dest, (unsigned long long)value, pe);
 }
 extern "C" __device__ unsigned long shm_ulong_atomic_fetch_add__thread0(unsigned long *dest, unsigned long value, int pe) {
-  return in_thread0([&] { return nvshmem_ulong_atomic_fetch_add(dest, value, pe); });
+  return in_thread0([&] { return (unsigned long)nvshmem_ulonglong_atomic_fetch_add((unsigned long long *)dest, (unsigned long long)value, pe); });
 }
 
 // nvshmem_ulonglong_atomic_fetch_add: thread
@@ -760,13 +760,13 @@ extern "C" __device__ void shm_uint_atomic_add__thread0(unsigned int *dest, unsi
   in_thread0([&] { nvshmem_uint_atomic_add(dest, value, pe); });
 }
 
-// nvshmem_ulong_atomic_add: thread
+// nvshmem_ulong_atomic_add: thread; made as nvshmem_ulonglong_atomic_add: NVSHMEM's acts on 32 of the 64 bits
 SAME_SIGNATURE(nvshmem_ulong_atomic_add, void (*)(unsigned long *, unsigned long, int));
 extern "C" __device__ void shm_ulong_atomic_add(unsigned long *dest, unsigned long value, int pe) {
-  nvshmem_ulong_atomic_add(dest, value, pe);
+  nvshmem_ulonglong_atomic_add((unsigned long long *)dest, (unsigned long long)value, pe);
 }
 extern "C" __device__ void shm_ulong_atomic_add__thread0(unsigned long *dest, unsigned long value, int pe) {
-  in_thread0([&] { nvshmem_ulong_atomic_add(dest, value, pe); });
+  in_thread0([&] { nvshmem_ulonglong_atomic_add((unsigned long long *)dest, (unsigned long long)value, pe); });
 }
 
 // nvshmem_ulonglong_atomic_add: thread

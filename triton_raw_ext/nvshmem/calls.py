@@ -111,17 +111,16 @@ AMO_BITWISE_TYPES = ("uint", "ulong", "ulonglong", "int32", "int64", "uint32", "
 SIXTEEN_BIT_P = "nvshmem_uint16_p((uint16_t *)dest, __builtin_bit_cast(uint16_t, value), pe)"
 SIXTEEN_BIT_P_NOTE = ("made as nvshmem_uint16_p of the value's bits: Triton's LLVM cannot select instructions for "
                       "NVSHMEM's 16-bit float p")
-# NVSHMEM's device swap is wrong for two types (3.4-3.8): long exchanges only its low 32 bits, and
-# double (before 3.8) returns the old value's bits converted to double as a number. Both are made as
-# the swap of a 64-bit integer type of the same bits, which NVSHMEM gets right.
-SWAP_INVOKE = {
-    "long": ("(long)nvshmem_longlong_atomic_swap((long long *)dest, (long long)value, pe)",
-             "made as nvshmem_longlong_atomic_swap: NVSHMEM's long swap exchanges only the low 32 bits"),
-    "double": ("__builtin_bit_cast(double, nvshmem_ulonglong_atomic_swap((unsigned long long *)dest, "
-               "__builtin_bit_cast(unsigned long long, value), pe))",
-               "made as nvshmem_ulonglong_atomic_swap of the value's bits: NVSHMEM before 3.8 returns the old "
-               "value's bits converted to double"),
-}
+# NVSHMEM's device atomics that act on 32 of a 64-bit type's bits (3.4-3.8: long swap; ulong fetch_add
+# and the add, inc and fetch_inc made from it) are made as the same operation of the 64-bit integer
+# type that NVSHMEM gets right, on the same bits.
+SAME_BITS_AS = {("long", "swap"): "longlong",
+                **{("ulong", op): "ulonglong" for op in ("fetch_add", "add", "fetch_inc", "inc")}}  # fmt: skip
+# NVSHMEM before 3.8 returns a double swap's old bits converted to double as a number.
+DOUBLE_SWAP = ("__builtin_bit_cast(double, nvshmem_ulonglong_atomic_swap((unsigned long long *)dest, "
+               "__builtin_bit_cast(unsigned long long, value), pe))")
+DOUBLE_SWAP_NOTE = ("made as nvshmem_ulonglong_atomic_swap of the value's bits: NVSHMEM before 3.8 returns the old "
+                    "value's bits converted to double")
 # Python scope -> (NVSHMEM name suffix, prefix): the thread form is nvshmem_<name>, the others nvshmemx_<name>_<scope>.
 GROUPS = {THREAD: ("", "nvshmem_"), WARP: ("_warp", "nvshmemx_"), BLOCK: ("_block", "nvshmemx_")}
 
@@ -201,20 +200,33 @@ def _ordering_and_sync() -> list[Call]:
     return calls
 
 
+def _as_same_bits(call: Call, op: str, other: str) -> Call:
+    """``call`` made as NVSHMEM's ``op`` of type ``other`` (same width), its arguments and result cast."""
+    own, other_type = TYPES[call.type_name], TYPES[other]
+    casts = {own.ptr(): other_type.ptr().c, own: other_type.c}
+    args = ", ".join(f"({casts[t]}){name}" if t in casts else name for name, t in call.params)
+    invoke = f"nvshmem_{other}_atomic_{op}({args})"
+    return replace(call, invoke=f"({call.ret.c}){invoke}" if call.ret != VOID else invoke,
+                   note=f"made as nvshmem_{other}_atomic_{op}: NVSHMEM's acts on 32 of the 64 bits")
+
+
 def _atomics() -> list[Call]:
     calls = []
 
-    def amo(op: str, types: tuple[str, ...], returns: bool, params,
-            instead: dict[str, tuple[str, str]] | None = None) -> None:
+    def amo(op: str, types: tuple[str, ...], returns: bool, params) -> None:
         for type_name in types:
             t = TYPES[type_name]
-            invoke, note = (instead or {}).get(type_name, (None, ""))
-            calls.append(Call(f"{type_name}_atomic_{op}", f"nvshmem_{type_name}_atomic_{op}", "atomics", THREAD,
-                              t if returns else VOID, tuple(params(t)), type_name=type_name, invoke=invoke, note=note))
+            call = Call(f"{type_name}_atomic_{op}", f"nvshmem_{type_name}_atomic_{op}", "atomics", THREAD,
+                        t if returns else VOID, tuple(params(t)), type_name=type_name)
+            if (type_name, op) in SAME_BITS_AS:
+                call = _as_same_bits(call, op, SAME_BITS_AS[type_name, op])
+            elif (type_name, op) == ("double", "swap"):
+                call = replace(call, invoke=DOUBLE_SWAP, note=DOUBLE_SWAP_NOTE)
+            calls.append(call)
 
     amo("fetch", AMO_FETCH_TYPES, True, lambda t: [("source", t.ptr(const=True)), ("pe", INT)])
     amo("set", AMO_FETCH_TYPES, False, lambda t: [("dest", t.ptr()), ("value", t), ("pe", INT)])
-    amo("swap", AMO_FETCH_TYPES, True, lambda t: [("dest", t.ptr()), ("value", t), ("pe", INT)], SWAP_INVOKE)
+    amo("swap", AMO_FETCH_TYPES, True, lambda t: [("dest", t.ptr()), ("value", t), ("pe", INT)])
     amo("compare_swap", AMO_CSWAP_TYPES, True, lambda t: [("dest", t.ptr()), ("cond", t), ("value", t), ("pe", INT)])
     amo("fetch_inc", AMO_ADD_TYPES, True, lambda t: [("dest", t.ptr()), ("pe", INT)])
     amo("inc", AMO_ADD_TYPES, False, lambda t: [("dest", t.ptr()), ("pe", INT)])
