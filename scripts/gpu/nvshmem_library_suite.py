@@ -36,7 +36,7 @@ FAMILY_NAMES = ("query", "rma", "signal", "wait", "fence_quiet", "barrier_sync",
                 "reduce_and", "reduce_or", "reduce_xor", "reduce_min", "reduce_max", "reduce_sum", "reduce_prod",
                 "atomics")  # nvshmem_library_checks.FAMILIES, without importing torch here  # fmt: skip
 RESULT_FILE = "nvshmem_library_suite.json"
-KERNEL_SHARDS = 8  # processes sharing one family's check kernels (the largest have ~130)
+KERNEL_SHARDS = 8  # processes sharing one family's check kernels at least (the largest have ~130)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,7 +125,8 @@ def prebuild(families: list[str], arch: int) -> dict:
         objects = [("object", s, arch) for s in collectives_used(families)] if usable_nvlink(arch) else []
         # The kernels of the families that call no collective compile beside the objects; the others after.
         needs_objects = [f for f in families if collectives_used([f])]
-        kernels = [(f, i, KERNEL_SHARDS) for f in families for i in range(KERNEL_SHARDS)]
+        shards = max(KERNEL_SHARDS, workers // len(families))
+        kernels = [(f, i, shards) for f in families for i in range(shards)]
         first = [pool.submit(_build, job) for job in objects]
         first += [pool.submit(_compile_checks, job) for job in kernels if job[0] not in needs_objects]
         results += [future.result() for future in first]
