@@ -19,6 +19,7 @@ Contracts:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import itertools
 import os
@@ -260,21 +261,43 @@ def stream_handle(stream: Any) -> int:
     return int(getattr(stream, "cuda_stream", stream))
 
 
+def refuse_capture(what: str, stream: Any = None) -> None:
+    """Raise :class:`RawRuntimeError` naming ``what`` when ``stream`` (default: the current torch
+    stream) is capturing a CUDA graph. NVSHMEM's ``*_on_stream`` calls are not capturable: one made
+    while capturing ends the whole process (exit 255) with no Python error."""
+    import torch
+
+    if stream is not None and not isinstance(stream, torch.cuda.Stream):
+        return  # a raw handle: torch cannot ask it, and NVSHMEM reports its own misuse
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        capturing = torch.cuda.is_current_stream_capturing()
+    if capturing:
+        raise RawRuntimeError(
+            f"{what} was called while the stream is capturing a CUDA graph: NVSHMEM's stream operations "
+            "cannot be captured (NVSHMEM would end the process). Synchronise PEs inside the captured kernels "
+            "instead (triton_raw_ext.nvshmem.barrier_all_block, or flags with device-side epochs), or make "
+            "this call outside graph capture.")
+
+
 def barrier_all(stream: Any = None) -> None:
     """Enqueue ``nvshmemx_barrier_all_on_stream`` on ``stream`` (default: the current torch stream).
 
     Collective; returns at once. Work queued on the stream afterwards sees every PE's symmetric
-    memory writes and puts made before their barrier.
+    memory writes and puts made before their barrier. Raises :class:`RawRuntimeError` while the
+    stream is capturing a CUDA graph (:func:`refuse_capture`).
     """
     state = require("barrier_all()")
+    refuse_capture("triton_raw_ext.runtime.barrier_all()", stream)
     handle = stream_handle(stream)
     with LOCK:
         state.lib.trx_barrier_all_on_stream(handle)
 
 
 def quiet(stream: Any = None) -> None:
-    """Enqueue ``nvshmemx_quiet_on_stream``: completes this PE's outstanding puts/AMOs on ``stream``."""
+    """Enqueue ``nvshmemx_quiet_on_stream``: completes this PE's outstanding puts/AMOs on ``stream``.
+    Raises :class:`RawRuntimeError` while the stream is capturing a CUDA graph."""
     state = require("quiet()")
+    refuse_capture("triton_raw_ext.runtime.quiet()", stream)
     handle = stream_handle(stream)
     with LOCK:
         state.lib.trx_quiet_on_stream(handle)

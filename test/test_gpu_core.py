@@ -144,3 +144,22 @@ def test_preload_loads_the_kernel_the_launch_then_uses(torch):
     launched = elementwise_kernel[(4,)](x, y, n, BLOCK=1024)
     assert launched is kernel  # same specialisation: Triton's cache hands back the preloaded kernel
     torch.testing.assert_close(y, x + 1.0, rtol=0, atol=0)
+
+
+@requires_nvshmem
+def test_stream_barrier_under_graph_capture_raises(torch):
+    """NVSHMEM's stream barrier cannot be captured (it would end the process): capturing one raises a
+    Python error that names it, the capture is abandoned, and the process goes on."""
+    from triton_raw_ext import runtime
+    from triton_raw_ext.errors import RawRuntimeError
+
+    runtime.init()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with pytest.raises(RawRuntimeError, match=r"runtime.barrier_all\(\).*capturing a CUDA graph"):
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            runtime.barrier_all()
+    with pytest.raises(RawRuntimeError, match=r"runtime.quiet\(\).*capturing"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
+            runtime.quiet(stream)
+    runtime.barrier_all()  # outside capture: still works
+    torch.cuda.synchronize()
