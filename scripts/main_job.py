@@ -1,10 +1,11 @@
 """The main job: run the tutorials on GPUs, or, without a GPU, compile them ahead of time for sm_90.
 
-``python scripts/main_job.py`` picks the mode from what it sees (``--aot`` / ``--gpu`` force one).
-AOT mode imports each ``tutorials/*/aot.py``, compiles every kernel its ``kernels()`` lists for
-``GPUTarget("cuda", 90, 32)`` (with ``options_for(name)`` when the tutorial defines it), and reports
-time, PTX and cubin size, shared memory and the NVSHMEM symbols linked. GPU mode runs each
-tutorial's ``run_gpu.sh`` with a time limit. A JSON report goes to ``--out``; the exit status is 1
+``python3 -m scripts.main_job`` (repository root) picks the mode from what it sees (``--aot`` /
+``--gpu`` force one). AOT mode imports each tutorial's ``aot`` module (``tutorials.TUTORIALS``, in
+order), compiles every kernel its ``kernels()`` lists for ``GPUTarget("cuda", 90, 32)`` (with
+``options_for(name)`` when the tutorial defines it), and reports time, PTX and cubin size, shared
+memory and the NVSHMEM symbols linked. GPU mode runs each tutorial's ``run_gpu.sh`` with a time
+limit. A JSON report goes to ``--out``; the exit status is 1
 if anything failed.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -20,8 +21,9 @@ import time
 import traceback
 from pathlib import Path
 
+from tutorials import TUTORIALS
+
 ROOT = Path(__file__).resolve().parents[1]
-TUTORIALS = sorted(p.parent for p in (ROOT / "tutorials").glob("*/aot.py"))
 
 
 def gpu_count() -> int:
@@ -32,24 +34,17 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _load_aot(folder: Path):
-    spec = importlib.util.spec_from_file_location(f"tutorial_aot_{folder.name.replace('-', '_')}", folder / "aot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def compile_tutorial(folder: Path) -> list[dict]:
+def compile_tutorial(tutorial: str) -> list[dict]:
     """AOT-compile every kernel of one tutorial; one row per kernel (errors become rows too)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     target = GPUTarget("cuda", 90, 32)
     try:
-        aot = _load_aot(folder)
+        aot = importlib.import_module(f"tutorials.{tutorial}.aot")
         sources = aot.kernels()
     except Exception as e:  # noqa: BLE001 - reported as a failed row, the job goes on
-        return [{"tutorial": folder.name, "kernel": "<aot.py>", "ok": False, "error": f"{type(e).__name__}: {e}"}]
+        return [{"tutorial": tutorial, "kernel": "<aot.py>", "ok": False, "error": f"{type(e).__name__}: {e}"}]
     rows = []
     for name, src in sources:
         options = aot.options_for(name) if hasattr(aot, "options_for") else None
@@ -57,12 +52,12 @@ def compile_tutorial(folder: Path) -> list[dict]:
         try:
             c = triton.compile(src, target=target, options=options)
         except Exception as e:  # noqa: BLE001
-            rows.append({"tutorial": folder.name, "kernel": name, "ok": False,
+            rows.append({"tutorial": tutorial, "kernel": name, "ok": False,
                          "error": "".join(traceback.format_exception_only(e)).strip()[-2000:]})
             continue
         meta = c.metadata._asdict()
         rows.append({
-            "tutorial": folder.name, "kernel": name, "ok": c.asm["cubin"][:4] == b"\x7fELF",
+            "tutorial": tutorial, "kernel": name, "ok": c.asm["cubin"][:4] == b"\x7fELF",
             "seconds": round(time.perf_counter() - start, 3), "ptx_kb": round(len(c.asm["ptx"]) / 1024, 1),
             "cubin_kb": round(len(c.asm["cubin"]) / 1024, 1), "shared_bytes": meta.get("shared"),
             "num_warps": meta.get("num_warps"), "nvshmem": meta.get("raw_nvshmem", []),
@@ -71,7 +66,7 @@ def compile_tutorial(folder: Path) -> list[dict]:
 
 
 def run_aot() -> tuple[bool, dict]:
-    rows = [row for folder in TUTORIALS for row in compile_tutorial(folder)]
+    rows = [row for tutorial in TUTORIALS for row in compile_tutorial(tutorial)]
     print(f"{'tutorial':<24} {'kernel':<40} {'ok':<4} {'s':>6} {'ptx KB':>8} {'cubin KB':>9} {'smem':>7} nvshmem")
     for r in rows:
         if r["ok"]:
@@ -89,15 +84,15 @@ def run_aot() -> tuple[bool, dict]:
 
 def run_gpu(timeout_s: float) -> tuple[bool, dict]:
     results = []
-    for folder in TUTORIALS:
-        script = folder / "run_gpu.sh"
+    for tutorial in TUTORIALS:
+        script = ROOT / "tutorials" / tutorial / "run_gpu.sh"
         start = time.perf_counter()
         try:
             proc = subprocess.run(["bash", str(script)], cwd=ROOT, timeout=timeout_s)
             status = "PASS" if proc.returncode == 0 else f"FAIL (exit {proc.returncode})"
         except subprocess.TimeoutExpired:
             status = f"FAIL (over {timeout_s:.0f} s)"
-        results.append({"tutorial": folder.name, "status": status, "seconds": round(time.perf_counter() - start, 1)})
+        results.append({"tutorial": tutorial, "status": status, "seconds": round(time.perf_counter() - start, 1)})
     for r in results:
         print(f"{r['tutorial']:<24} {r['status']:<24} {r['seconds']:>8.1f} s")
     return all(r["status"] == "PASS" for r in results), {"mode": "gpu", "gpus": gpu_count(), "tutorials": results}
@@ -112,9 +107,6 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "main_job")
     args = parser.parse_args()
     use_gpu = args.gpu or (not args.aot and gpu_count() > 0)
-    if not TUTORIALS:
-        print("no tutorials/*/aot.py found", file=sys.stderr)
-        return 1
     ok, report = run_gpu(args.timeout) if use_gpu else run_aot()
     report["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     report["command"] = " ".join([sys.executable, *sys.argv])

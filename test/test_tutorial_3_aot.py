@@ -6,15 +6,11 @@ import re
 
 import pytest
 import triton
-from conftest import tutorial_path
+from conftest import assert_bounded_wait, assert_no_spills, entry_param
 from triton.backends.compiler import GPUTarget
 
-TUTORIAL = tutorial_path("03-megamoe")
-
-from conftest import assert_bounded_wait, assert_no_spills, entry_param, load_tutorial_aot  # noqa: E402
-from moe_launch import barrier_launch  # noqa: E402
-
-aot = load_tutorial_aot("03-megamoe")
+from tutorials.megamoe import aot
+from tutorials.megamoe.launch import barrier_launch
 
 KERNELS = aot.kernels()
 FP8_GEMMS = ("moe_l1_swiglu_fp8", "moe_l2_fp8")
@@ -45,8 +41,8 @@ def test_kernel_compiles_for_sm90(name, src):
             "the K-major weight tile must be staged K-contiguous in shared memory"
         )
     if name in ("moe_route_fp8", "moe_l1_swiglu_fp8"):
-        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, "quantization must round to nearest even (as moe_quant)"
-        assert "div.rn.f32" in ptx, "the scale division must be IEEE (as torch in moe_quant)"
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, "quantization must round to nearest even (as quant)"
+        assert "div.rn.f32" in ptx, "the scale division must be IEEE (as torch in quant)"
     if name in ("moe_dispatch", "moe_combine", "moe_dispatch_fp8"):
         assert "nvshmemi_device_state_d" in ptx, "NVSHMEM's device library must be linked"
     if name == "moe_barrier":  # a bounded wait for each peer's word, after this PE's signals
@@ -98,8 +94,8 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
     weight (and L2's h) tiles with TMA copies feeding wgmma; it fits in shared memory."""
     import dataclasses
 
-    from moe_config import choose_tiles
-    from moe_launch import launches
+    from tutorials.megamoe.config import choose_tiles
+    from tutorials.megamoe.launch import launches
 
     cfg = aot.REPRESENTATIVE
     tiles = dataclasses.replace(choose_tiles(256, cfg.hidden, cfg.intermediate), tma_l1=True, tma_l2=True)

@@ -1,6 +1,6 @@
 """What a GPU run ran on, for the summaries the GPU scripts write.
 
-``python3 scripts/gpu/machine.py`` prints the versions as one JSON line (the suite runner runs it with the
+``python3 -m scripts.gpu.machine`` prints the versions as one JSON line (the suite runner runs it with the
 steps' environment, where the plugin is importable).
 """
 

@@ -1,6 +1,6 @@
 """NVSHMEM ring through a raw CUDA function, at world size 1 and with N PEs sharing one GPU.
 
-Usage: ``python scripts/gpu/nvshmem_ring.py --world 1 2 --steps 20 --out DIR``. For each world
+Usage: ``python -m scripts.gpu.nvshmem_ring --world 1 2 --steps 20 --out DIR`` (repository root). For each world
 size it starts that many processes (gloo for torch.distributed, ``TRITON_RAW_SHARED_GPU=1`` so all
 PEs sit on GPU 0), each running test/kernels' ``ring_kernel`` for ``--steps`` steps: PE p sends a
 block to PE p+1 with put-with-signal, waits for its own signal, checks what arrived from p-1, the
@@ -80,7 +80,7 @@ def run_world(world: int, steps: int, block: int, timeout_s: float) -> dict:
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRITON_RAW_SHARED_GPU": "1"}
-        cmd = [sys.executable, __file__, "--worker", "--steps", str(steps), "--block", str(block)]
+        cmd = [sys.executable, "-m", __spec__.name, "--worker", "--steps", str(steps), "--block", str(block)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     deadline = time.time() + timeout_s
     ranks = []

@@ -3,7 +3,7 @@
 Run through the suite runner, which installs the package, sets the NVLink-multicast-off variables
 and starts MPS (PEs sharing one GPU need it):
 
-    python3 scripts/gpu/suite.py runtime
+    python3 -m scripts.gpu.suite runtime
 
 For world sizes 1, 2 and 4 it runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check:
 init, put/get and put-with-signal + wait from kernels (raw NVSHMEM), barrier, peer() views, peer()
@@ -382,7 +382,7 @@ def run_world(kind: str, world: int, timeout_s: float, shared_gpu: bool = True) 
     for rank in range(world):
         procs.append(
             subprocess.Popen(
-                [sys.executable, __file__, "--worker", kind],
+                [sys.executable, "-m", __spec__.name, "--worker", kind],
                 env=worker_env(rank, world, port, shared_gpu),
                 text=True,
                 stdout=subprocess.PIPE,
