@@ -98,10 +98,10 @@ def test_every_tutorial_runs_its_suite_through_the_runner():
 
 
 RECORDING_PYTHON = """#!{real}
-# Fake python3: every step records how it was called; the runner's versions (scripts.gpu.machine) run for real.
+# Fake python3: every step records how it was called; the runner's versions (run_metadata) run for real.
 import json, os, sys
 args = sys.argv[1:]
-if args[:2] == ["-m", "scripts.gpu.machine"]:
+if args[:2] == ["-m", "tutorials.common.run_metadata"]:
     os.execv({real!r}, [{real!r}, *args])
 with open(os.environ["FAKE_CALLS"], "a") as calls:
     calls.write(json.dumps({{"args": args, "shared": os.environ.get("TRITON_RAW_SHARED_GPU"),

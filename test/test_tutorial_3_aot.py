@@ -48,7 +48,7 @@ def test_kernel_compiles_for_sm90(name, src):
     if name == "moe_barrier":  # a bounded wait for each peer's word, after this PE's signals
         assert set(compiled.metadata.raw_nvshmem) == {"nvshmemx_signal_op"}
         assert "fence.sc.sys" in ptx or "membar.sys" in ptx, "earlier stores must be published before the signal"
-        params = [p for p, _, _ in barrier_launch(aot.REPRESENTATIVE).params]
+        params = [p for p, _ in barrier_launch(aot.REPRESENTATIVE).params]
         assert_bounded_wait(ptx, entry_param(ptx, params.index("wait_ms")))
 
 
@@ -78,11 +78,11 @@ def test_world_one_variants_compile_without_row_copies():
     import dataclasses
 
     world_one = dataclasses.replace(aot.REPRESENTATIVE, num_experts=16, world=1)
-    for launch in aot.all_launches((world_one,)):
+    for cfg, launch in aot.all_launches((world_one,)):
         if launch.name not in ("moe_route", "moe_dispatch", "moe_combine"):
             continue
         options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-        ptx = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+        ptx = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
         assert "ld.global.cg.v4" not in ptx or launch.name == "moe_route", f"{launch.name} still copies rows"
         if launch.name == "moe_combine":
             assert "nvshmemi_device_state_d" not in ptx, "world 1's combine must not link NVSHMEM"
@@ -101,7 +101,7 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
     tiles = dataclasses.replace(choose_tiles(256, cfg.hidden, cfg.intermediate), tma_l1=True, tma_l2=True)
     (launch,) = [lc for lc in launches(cfg, tiles, cfg.max_tokens) if lc.name == name]
     options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-    compiled = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options)
+    compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32), options=options)
     ttgir = compiled.asm["ttgir"]
     assert "ttng.tensormap_create" in ttgir and "ttng.async_tma_copy_global_to_local" in ttgir
     assert "warp_group_dot" in ttgir

@@ -110,8 +110,8 @@ def test_world_one_reads_rows_in_place_and_skips_the_exchange(precision):
     assert "moe_reduce" not in plan and not any(lc.barrier_before and lc.step != "moe_dispatch" for lc in plan.values())
     assert plan["moe_dispatch"].constexprs["PULL_ROWS"] is False
     assert plan["moe_combine"].constexprs["PUSH"] is False
-    assert dict((p, k) for p, k, _ in plan["moe_combine"].params)["staging"] == "y"
-    l1_keys = [k for _, k, _ in plan["moe_l1_swiglu"].params]
+    assert dict(plan["moe_combine"].params)["staging"] == "y"
+    l1_keys = [k for _, k in plan["moe_l1_swiglu"].params]
     assert l1_keys[:2] == (["x_sym", "x_scale"] if precision == "fp8" else ["x", "sorted_row"])
     if precision == "bf16":
         assert plan["moe_route"].constexprs["COPY_X"] is False

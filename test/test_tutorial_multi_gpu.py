@@ -83,7 +83,7 @@ FAKE_PYTHON = """#!{real}
 # Fake python3 for the suite test: torchrun steps write planned JSON and exit with planned codes.
 import json, os, pathlib, sys
 args = sys.argv[1:]
-if args[:2] == ["-m", "scripts.gpu.machine"]:  # the runner's versions: the real interpreter
+if args[:2] == ["-m", "tutorials.common.run_metadata"]:  # the runner's versions: the real interpreter
     os.execv({real!r}, [{real!r}, *args])
 if args[:1] == ["-c"] or args[1].endswith(".aot"):
     print("fake", " ".join(args)[:80])

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tutorials.common.run_metadata import run_metadata
+
 ROOT = Path(__file__).resolve().parents[2]
 SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 FAMILY_NAMES = ("query", "rma", "signal", "wait", "fence_quiet", "barrier_sync", "broadcast", "alltoall", "fcollect",
@@ -187,15 +189,12 @@ def main() -> int:
     if args.worker:
         worker(args.families, args.results)
         return 0
-    from . import machine
-
     started = datetime.datetime.now(datetime.timezone.utc)
     out = Path(os.environ.get("OUT") or ROOT / "bench" / "results" / f"{started:%Y%m%dT%H%M%SZ}-nvshmem-library")
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULT_FILE
     gpu, arch, missing = _gpu()
-    report: dict = {"date": started.isoformat(timespec="seconds"), "command": " ".join([sys.executable, *sys.argv]),
-                    "gpus": machine.gpus(), "versions": machine.versions(), "worlds": [], "passed": False}
+    report: dict = {**run_metadata(), "worlds": [], "passed": False}
     if missing is not None:
         report |= {"skipped": missing, "passed": None}
         path.write_text(json.dumps(report, indent=1))

@@ -5,7 +5,7 @@ size it starts that many processes (gloo for torch.distributed, ``TRITON_RAW_SHA
 PEs sit on GPU 0), each running test/kernels' ``ring_kernel`` for ``--steps`` steps: PE p sends a
 block to PE p+1 with put-with-signal, waits for its own signal, checks what arrived from p-1, the
 value nvshmem_int_p delivered, and that nvshmem_ptr reaches the peer. Every process has a timeout.
-Writes JSON (date, GPU, versions, command, per-world results and step latency medians).
+Writes JSON (the run's metadata, per-world results and step latency medians).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tutorials.common.run_metadata import run_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,16 +114,10 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.steps, args.block)))
         return
-    import torch
-    import triton
-
     results = [run_world(w, args.steps, args.block, args.timeout) for w in args.world]
     record = {
         "benchmark": "nvshmem_ring",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(),
-        "versions": {"torch": torch.__version__, "triton": triton.__version__},
-        "command": " ".join([sys.executable, *sys.argv]),
+        **run_metadata(),
         "note": "several PEs share one GPU (shared-GPU mode): correctness only, timings say nothing "
                 "about multi-GPU performance",
         "results": results,

@@ -16,7 +16,7 @@ PE is on another host. Checks per tutorial: the job's output holds exactly one r
 whole job ends before its step limit. Then a small Tutorial 1 check at world 1 must pass on the same
 GPU. Every step runs under a limit, the whole run within ``--budget-s``.
 
-Writes ``peer_fault.json`` (date, command, per-step results and output tails) to
+Writes ``peer_fault.json`` (the run's metadata, per-step results and output tails) to
 OUT_DIR and exits 0 when every check passed. Without a GPU it writes a skipped result and exits 0.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import json
 import os
 import re
@@ -33,6 +32,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tutorials.common.run_metadata import run_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 SLACK_S = 15.0  # after the bound: the report, the trap, the host seeing the error
@@ -187,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "peer_fault.json"
     doc: dict = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([sys.executable, *sys.argv]),
+        **run_metadata(),
         "bound_s": args.bound_s,
         "steps": [],
     }

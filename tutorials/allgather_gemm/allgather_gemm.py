@@ -49,6 +49,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
+from ..common.ranks import every_rank
 from ..common.timing import SLEEP_CYCLES_PER_US
 from . import reference
 from .kernels import ag_gemm_kernel, ag_wait_all_kernel
@@ -71,6 +72,32 @@ def _distributed_world(group: Any) -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(group), dist.get_world_size(group)
     return 0, 1
+
+
+def gemm_launch(
+    config: GemmConfig, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
+    out: torch.Tensor, ready: torch.Tensor, *, epoch: int, rank: int, world: int, wait_ms: int, num_sms: int,
+    wait: bool,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """The grid, arguments and keyword arguments (constexprs, warps, stages) of ``ag_gemm_kernel`` for one
+    GEMM of the operator: this rank's shard of A through ``local_desc``, the peers' rows through
+    ``gathered_desc`` (both [m_per_rank or world * m_per_rank, k] in blocks [block_m, block_k]), times
+    ``b`` [k, n], into ``out`` [world * m_per_rank, n]; with ``wait`` a peer's tiles first wait for
+    ``ready[src] >= epoch`` (bounded by ``wait_ms``). Needs no GPU (``aot`` builds it on meta tensors)."""
+    m_per_rank, (k, n) = local_desc.shape[0], b.shape
+    b_desc = TensorDescriptor.from_tensor(b, [config.block_k, config.block_n])
+    c_block_n = config.block_n // 2 if config.epilogue_subtile else config.block_n
+    c_desc = TensorDescriptor.from_tensor(out, [config.block_m, c_block_n])
+    tiles = (m_per_rank // config.block_m) * world * triton.cdiv(n, config.block_n)
+    # The grid never exceeds NUM_SMS: the kernel's second loop relies on program_id < NUM_SMS.
+    grid = (min(num_sms, tiles),)
+    args = (local_desc, gathered_desc, b_desc, c_desc, ready, epoch, rank, world, m_per_rank, n, k, wait_ms)
+    kwargs = dict(
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        NUM_SMS=num_sms, WAIT=wait, FLATTEN=config.flatten, EPILOGUE_SUBTILE=config.epilogue_subtile,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    return grid, args, kwargs
 
 
 def refuse_graph_capture(what: str) -> None:
@@ -167,18 +194,10 @@ class AllGatherGEMM:
 
     def _launch(self, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
                 out: torch.Tensor, wait: bool) -> None:
-        cfg = self.config
-        b_desc = TensorDescriptor.from_tensor(b, [cfg.block_k, cfg.block_n])
-        c_block_n = cfg.block_n // 2 if cfg.epilogue_subtile else cfg.block_n
-        c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
-        tiles = (self.m_per_rank // cfg.block_m) * self.world * triton.cdiv(self.n, cfg.block_n)
-        # The grid never exceeds NUM_SMS: the kernel's second loop relies on program_id < NUM_SMS.
-        ag_gemm_kernel[(min(self.num_sms, tiles),)](
-            local_desc, gathered_desc, b_desc, c_desc, self.ready, self.epoch, self.rank, self.world, self.m_per_rank,
-            self.n, self.k, self.wait_ms, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-            GROUP_M=cfg.group_m, NUM_SMS=self.num_sms, WAIT=wait, FLATTEN=cfg.flatten,
-            EPILOGUE_SUBTILE=cfg.epilogue_subtile, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
+        grid, args, kwargs = gemm_launch(self.config, local_desc, gathered_desc, b, out, self.ready, epoch=self.epoch,
+                                         rank=self.rank, world=self.world, wait_ms=self.wait_ms,
+                                         num_sms=self.num_sms, wait=wait)  # fmt: skip
+        ag_gemm_kernel[grid](*args, **kwargs)
 
     def _output(self, out: torch.Tensor | None) -> torch.Tensor:
         shape = (self.world * self.m_per_rank, self.n)
@@ -346,10 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {'ok' if row['ok'] else 'FAIL'} ({row['seconds']} s)", file=sys.stderr, flush=True)
             rows.append(row)
     world = dist.get_world_size() if dist.is_initialized() else 1
-    all_rows = [rows]
-    if world > 1:
-        all_rows = [None] * world
-        dist.all_gather_object(all_rows, rows)
+    all_rows = every_rank(rows) if world > 1 else [rows]
     rank = dist.get_rank() if dist.is_initialized() else 0
     if rank == 0:
         flat = [r for per_rank in all_rows for r in per_rank]

@@ -1,68 +1,86 @@
-"""Every Triton kernel of tutorial 2 with representative signatures, for ahead-of-time compiles.
+"""Every Triton kernel of tutorial 2 as the operator launches it, for ahead-of-time compiles.
 
 ``kernels()`` is the contract the project's main job uses: it compiles each source for sm_90 on
 machines without a GPU. The list covers both dtypes, the GEMM with and without its ready-flag
 waits, every candidate config the benchmark may pick, and ``all_gather()``'s wait kernel.
 ``options_for(name)`` gives the ``triton.compile`` options the operator launches that kernel with
-(its warps and stages); every kernel also compiles with Triton's default options.
+(its warps and stages); every kernel also compiles with Triton's default options. ``python -m
+tutorials.allgather_gemm.aot`` compiles them all for sm_90 and prints a table.
+
+Each source is the operator's own launch (``allgather_gemm.gemm_launch``, and ``all_gather()``'s
+arguments) on meta tensors of the tutorial's goal shape at world 2, rank 0, turned into an
+``ASTSource`` by :func:`tutorials.common.aot.launch_source`: types, constexprs and specialisations
+are those of a launch on the GPU.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from typing import Any
 
+import torch
 from triton.compiler import ASTSource
+from triton.tools.tensor_descriptor import TensorDescriptor
 
+from triton_raw_ext.knobs import wait_timeout_ms
+
+from ..common.aot import compile_and_print, launch_source
+from .allgather_gemm import DTYPES, gemm_launch
 from .kernels import ag_gemm_kernel, ag_wait_all_kernel
 from .schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, GemmConfig
 
 H200_SMS = 132
-TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+SHAPE = (4096, 8192, 8192)  # (m_per_rank, n_per_rank, k): the goal shape
+WORLD, RANK, EPOCH = 2, 0, 1  # a peer's tiles exist, so the ready checks are compiled in
+
+
+def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def gemm_source(dtype: str = "bfloat16", config: GemmConfig = DEFAULT_CONFIG, wait: bool = True,
-                num_sms: int = H200_SMS) -> ASTSource:
-    """The consumer GEMM as the operator launches it (see ``AllGatherGEMM._launch``)."""
-    t = TRITON_DTYPES[dtype]
-    c_block_n = config.block_n // 2 if config.epilogue_subtile else config.block_n
-    signature = {
-        "local_desc": f"tensordesc<{t}[{config.block_m},{config.block_k}]>",
-        "gathered_desc": f"tensordesc<{t}[{config.block_m},{config.block_k}]>",
-        "b_desc": f"tensordesc<{t}[{config.block_k},{config.block_n}]>",
-        "c_desc": f"tensordesc<{t}[{config.block_m},{c_block_n}]>",
-        "ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32", "m_per_rank": "i32",
-        "N": "i32", "K": "i32", "wait_ms": "i32",
-    }  # fmt: skip
-    constexprs = {
-        "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-        "GROUP_M": config.group_m, "NUM_SMS": num_sms, "WAIT": wait, "FLATTEN": config.flatten,
-        "EPILOGUE_SUBTILE": config.epilogue_subtile,
-    }  # fmt: skip
-    signature.update({name: "constexpr" for name in constexprs})
-    return ASTSource(ag_gemm_kernel, signature=signature, constexprs=constexprs)
+                num_sms: int = H200_SMS) -> tuple[ASTSource, dict[str, Any]]:
+    """(source, launch options) of the consumer GEMM as ``AllGatherGEMM.__call__`` launches it."""
+    m, n, k = SHAPE
+    a, gathered = _meta(m, k, dtype=DTYPES[dtype]), _meta(WORLD * m, k, dtype=DTYPES[dtype])
+    a_descs = [TensorDescriptor.from_tensor(t, [config.block_m, config.block_k]) for t in (a, gathered)]
+    b, out = _meta(k, n, dtype=DTYPES[dtype]), _meta(WORLD * m, n, dtype=DTYPES[dtype])
+    _, args, kwargs = gemm_launch(config, *a_descs, b, out, _meta(WORLD, dtype=torch.int32), epoch=EPOCH, rank=RANK,
+                                  world=WORLD, wait_ms=wait_timeout_ms(), num_sms=num_sms, wait=wait)  # fmt: skip
+    return launch_source(ag_gemm_kernel, *args, **kwargs)
 
 
-def compile_options(config: GemmConfig = DEFAULT_CONFIG) -> dict[str, int]:
-    """``triton.compile`` options matching the launch (warps, pipeline depth)."""
-    return {"num_warps": config.num_warps, "num_stages": config.num_stages}
+def wait_all_source() -> ASTSource:
+    """``all_gather()``'s wait kernel, launched with Triton's default options."""
+    ready = _meta(WORLD, dtype=torch.int32)
+    source, _ = launch_source(ag_wait_all_kernel, ready, EPOCH, RANK, WORLD, wait_timeout_ms())
+    return source
+
+
+def _gemms() -> dict[str, tuple[ASTSource, dict[str, Any]]]:
+    gemms = {f"ag_gemm_{dtype}_{'wait' if wait else 'nowait'}": gemm_source(dtype, wait=wait)
+             for dtype in DTYPES for wait in (True, False)}  # fmt: skip
+    for i, config in enumerate(CANDIDATE_CONFIGS[1:], start=1):
+        gemms[f"ag_gemm_bfloat16_wait_cfg{i}"] = gemm_source("bfloat16", config)
+    return gemms
 
 
 def kernels() -> list[tuple[str, ASTSource]]:
     """(name, source) of every kernel variant the tutorial launches."""
-    out = []
-    for dtype in TRITON_DTYPES:
-        for wait in (True, False):
-            out.append((f"ag_gemm_{dtype}_{'wait' if wait else 'nowait'}", gemm_source(dtype, wait=wait)))
-    for i, config in enumerate(CANDIDATE_CONFIGS[1:], start=1):
-        out.append((f"ag_gemm_bfloat16_wait_cfg{i}", gemm_source("bfloat16", config)))
-    wait_all = {"ready_ptr": "*i32", "epoch": "i32", "rank": "i32", "world": "i32", "wait_ms": "i32"}
-    out.append(("ag_wait_all", ASTSource(ag_wait_all_kernel, signature=wait_all)))
-    return out
+    return [*((name, source) for name, (source, _) in _gemms().items()), ("ag_wait_all", wait_all_source())]
 
 
-def options_for(name: str) -> dict[str, int]:
+def options_for(name: str) -> dict[str, Any]:
     """The launch options of kernel ``name`` from :func:`kernels` (``..._cfg<i>``: candidate i)."""
     if name == "ag_wait_all":
-        return {"num_warps": 4}  # launched with Triton's default
-    match = re.search(r"_cfg(\d+)$", name)
-    return compile_options(CANDIDATE_CONFIGS[int(match.group(1))] if match else DEFAULT_CONFIG)
+        return {"num_warps": 4}  # Triton's default, which all_gather() launches it with
+    match = re.fullmatch(r"ag_gemm_(\w+?)_(wait|nowait)(?:_cfg(\d+))?", name)
+    if match is None:
+        raise KeyError(f"{name!r} is not a Tutorial 2 kernel; kernels() lists them")
+    dtype, wait, config = match.groups()
+    return gemm_source(dtype, CANDIDATE_CONFIGS[int(config or 0)], wait == "wait")[1]
+
+
+if __name__ == "__main__":
+    sys.exit(compile_and_print("allgather_gemm"))

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import triton
 
 from ..common import timing
+from ..common.ranks import every_rank
+from ..common.run_metadata import run_metadata
 from ..common.timing import rank_max, summarize
 from . import reference
 from .allgather_gemm import DTYPES, TUTORIAL_SHAPES, AllGatherGEMM, _parse_shape
@@ -37,17 +38,6 @@ from .schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops
 
 GOAL_RATIO = 0.90  # world 1: best AG-GEMM at least this fraction of torch.matmul's speed
 GOAL_VS_GEMM_ALONE = 1.05  # world > 1: best AG-GEMM total at most this times its GEMM alone
-
-
-def _versions() -> dict[str, str]:
-    out = {"torch": torch.__version__, "triton": triton.__version__, "cuda": str(torch.version.cuda)}
-    try:
-        from importlib.metadata import version
-
-        out["nvshmem"] = version("nvidia-nvshmem-cu13")
-    except Exception:  # noqa: BLE001 - optional package; absence is reported as such
-        out["nvshmem"] = "not installed"
-    return out
 
 
 def goal(rows: list[dict], world: int) -> dict | None:
@@ -117,8 +107,7 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
         for name, fn in variants.items():
             mine, mine_host = timing.time_repeats(fn, args.repeats, barrier, args.host_lead_us)
             if world > 1:
-                gathered_times: list[list[float]] = [None] * world  # type: ignore[list-item]
-                dist.all_gather_object(gathered_times, (mine, mine_host))
+                gathered_times = every_rank((mine, mine_host))
                 mine = rank_max([t for t, _ in gathered_times])
                 mine_host = rank_max([h for _, h in gathered_times])
             times[name] += mine
@@ -161,8 +150,7 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
         args.out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now(datetime.timezone.utc)
         result = {
-            "date": stamp.isoformat(), "gpu": torch.cuda.get_device_name(), "versions": _versions(),
-            "command": " ".join([sys.executable, *sys.argv]), "world": world, "shape": [m, n, k],
+            **run_metadata(), "world": world, "shape": [m, n, k],
             "dtype": args.dtype, "configs": config_names, "rows": rows, "goal": verdict,
             "host_lead_us": args.host_lead_us,
             "shared_gpu": os.environ.get("TRITON_RAW_SHARED_GPU", ""),

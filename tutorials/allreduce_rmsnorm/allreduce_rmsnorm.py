@@ -29,6 +29,7 @@ import torch
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
+from ..common.ranks import every_rank
 from .kernels import kernel_source
 from .plan import (
     Algorithm,
@@ -53,17 +54,6 @@ def _group_size(group: Any) -> int:
     if group is not None:
         raise ValueError("a group was given but torch.distributed is not initialised")
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _every_rank(value: Any, group: Any) -> list[Any]:
-    """``value`` of every rank of ``group``, on every rank (collective; ``[value]`` without torch.distributed)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return [value]
-    values: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(values, value, group=group)
-    return values
 
 
 def parse_tuning(text: str) -> Tuning:
@@ -156,7 +146,7 @@ class AllReduceRMSNorm:
                 continue
             if distance % (16 * self.data.element_size()):
                 reasons.append(f"PE {pe}'s workspace is {distance} bytes away, not a multiple of 16 elements")
-        reasons = [r for rank_reasons in _every_rank(reasons, self.group) for r in rank_reasons]
+        reasons = [r for rank_reasons in every_rank(reasons, self.group) for r in rank_reasons]
         if forced == Push.STORES and reasons:  # raised on every rank, so none waits for the others
             raise ValueError(f"push=Push.STORES needs every peer reachable by load/store: {reasons[0]}")
         if forced is not None:
@@ -180,7 +170,7 @@ class AllReduceRMSNorm:
             cfg = launch_config(algo, 1, self.hidden, 1, self.tuning)
             kernel = self._kernel(algo, cfg, self.hidden % 16 == 0)
             fit = programs_per_sm(kernel.n_regs, cfg.num_warps, kernel.metadata.shared, props["max_shared_mem"])
-            every = _every_rank((props["multiprocessor_count"], fit), self.group)
+            every = every_rank((props["multiprocessor_count"], fit), self.group)
             if min(f for _, f in every) < 1:  # raised on every rank, so none waits for the others
                 raise RuntimeError(f"AllReduceRMSNorm: the {algo.name} kernel (H={self.hidden}) does not fit on an SM")
             self._resident[algo] = min(grid_cap(sms, f, self.tuning.programs_per_sm, sharing) for sms, f in every)
@@ -410,7 +400,7 @@ def main() -> int:
                 for graph in [False, True] if tokens in args.graph_tokens else [False]:
                     case += 1
                     row = check_case(op, case, tokens, graph)
-                    row["ok"] = all(_every_rank(row["ok"], None))
+                    row["ok"] = all(every_rank(row["ok"]))
                     results.append(row)
             del op
     rank = int(os.environ.get("RANK", "0"))

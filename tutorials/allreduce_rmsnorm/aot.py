@@ -1,11 +1,12 @@
 """AOT contract of tutorial 1: ``kernels()`` lists every Triton kernel of the tutorial with
-representative signatures, for sm_90 builds on machines without a GPU.
+representative signatures, for sm_90 builds on machines without a GPU; ``options_for(name)`` the
+warps the op launches it with. The op compiles ``kernels.kernel_source`` itself (``triton.compile``,
+not a JIT launch), so these are the op's own sources.
 
-``python -m tutorials.allreduce_rmsnorm.aot`` compiles them all for sm_90 (with the warps the op
-uses) and prints the compile time, shared memory and PTX and cubin sizes per kernel; ``--warm H
-[H ...]`` compiles, into Triton's cache, every variant the op launches for those hidden sizes (both
-dtypes, world 1, 2 and 4), in parallel: the GPU suite runs it first so that the ranks it starts find
-their kernels compiled.
+``python -m tutorials.allreduce_rmsnorm.aot`` compiles them all for sm_90 and prints a table;
+``--warm H [H ...]`` compiles, into Triton's cache, every variant the op launches for those hidden
+sizes (both dtypes, world 1, 2 and 4), in parallel: the GPU suite runs it first so that the ranks it
+starts find their kernels compiled.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 import triton
 from triton.compiler import ASTSource
 
+from ..common.aot import compile_and_print
 from .kernels import kernel_source
 from .plan import Algorithm, Push, launch_config
 
@@ -93,24 +95,15 @@ def main() -> int:
     )
     parser.add_argument("--warm", type=int, nargs="*", metavar="H", help="hidden sizes to precompile")
     parser.add_argument("--worlds", type=int, nargs="*", default=[1, 2, 4])
-    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--arch", type=int, default=90, help="--warm: the GPU's compute capability")
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     args = parser.parse_args()
-    if args.warm:
-        jobs = warm_jobs(args.warm, args.worlds, args.arch)
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for line in pool.map(_compile, jobs):
-                print(line, flush=True)
-        return 0
-    from triton.backends.compiler import GPUTarget
-
-    for name, src in kernels():
-        start = time.time()
-        compiled = triton.compile(src, target=GPUTarget("cuda", args.arch, 32), options=options_for(name))
-        print(
-            f"{name:20s} {time.time() - start:5.1f}s shared={compiled.metadata.shared} "
-            f"ptx={len(compiled.asm['ptx']) // 1024}KiB cubin={len(compiled.asm['cubin']) // 1024}KiB"
-        )
+    if not args.warm:
+        return compile_and_print("allreduce_rmsnorm")
+    jobs = warm_jobs(args.warm, args.worlds, args.arch)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for line in pool.map(_compile, jobs):
+            print(line, flush=True)
     return 0
 
 

@@ -31,7 +31,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 from collections.abc import Callable
@@ -40,6 +39,8 @@ from typing import Any
 
 import torch
 
+from ..common.ranks import every_rank
+from ..common.run_metadata import run_metadata
 from ..common.timing import percentile, rank_max
 from .allreduce_rmsnorm import DTYPE_NAMES, AllReduceRMSNorm, parse_tuning
 from .plan import Push, Tuning, effective_bytes
@@ -122,11 +123,7 @@ class Timer:
             stop.synchronize()
             times.append(start.elapsed_time(stop) * 1e3 / calls)
         if self.world > 1:
-            import torch.distributed as dist
-
-            gathered: list[list[float]] = [[] for _ in range(self.world)]
-            dist.all_gather_object(gathered, times)
-            times = rank_max(gathered)
+            times = rank_max(every_rank(times))
         return times
 
 
@@ -275,13 +272,8 @@ def main() -> int:
                 print(f"  {c['mode']:>5} T={c['T']:<5} H={c['H']:<5} {c['speedup']:5.2f}x  "
                       f"{'met' if c['met'] else 'NOT MET'}")
             print("  " + ", ".join(f"{m}: {'MET' if ok else 'NOT MET'}" for m, ok in goal["met"].items()))
-        import triton
-
         meta = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "python": platform.python_version(), "command": " ".join([sys.executable, *sys.argv]),
-            "world": world, "shared_gpu": shared_gpu, "warmup": args.warmup, "repeats": args.repeats,
+            **run_metadata(), "world": world, "shared_gpu": shared_gpu, "warmup": args.warmup, "repeats": args.repeats,
             "inner": args.inner, "eps": EPS, "variants": args.variants if world > 1 else [],
         }  # fmt: skip
         out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "bench" / "results"

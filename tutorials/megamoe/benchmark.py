@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from ..common.ranks import every_rank
+from ..common.run_metadata import run_metadata
 from ..common.timing import percentile, rank_max
 from .ep_reference import ep_forward
 from .megamoe import TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
@@ -85,7 +87,7 @@ def _median_ms(fn: Callable[[], object], rep_ms: int) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=rep_ms, return_mode="median"))
 
 
-def rank_max_ms(fn: Callable[[], object], repeats: int, inner: int, world: int) -> list[float]:
+def rank_max_ms(fn: Callable[[], object], repeats: int, inner: int) -> list[float]:
     """Per repeat, the maximum over ranks of one call's time in ms (collective: every rank calls it
     with the same ``repeats`` and ``inner``; see the module docstring for the method)."""
     import torch.distributed as dist
@@ -103,9 +105,7 @@ def rank_max_ms(fn: Callable[[], object], repeats: int, inner: int, world: int) 
         end.record()
         end.synchronize()
         mine.append(start.elapsed_time(end) / inner)
-    per_rank: list[list[float]] = [[] for _ in range(world)]
-    dist.all_gather_object(per_rank, mine)
-    return rank_max(per_rank)
+    return rank_max(every_rank(mine))
 
 
 def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         if world == 1:
             rows[f"{name}_ms"] = _median_ms(fn, args.rep_ms)
         else:
-            ms = rank_max_ms(fn, args.repeats, args.inner, world)
+            ms = rank_max_ms(fn, args.repeats, args.inner)
             rows[f"{name}_ms"] = percentile(ms, 50)
             spread[name] = {f"p{q}": percentile(ms, q) for q in (50, 90, 99)}
     torch.cuda.synchronize()
@@ -188,10 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if persistent is not None:
         rel_errs["megamoe_persistent"] = _rel_err(y_persistent, ref)
     if world > 1:  # the verdict and the JSON use every rank's errors
-        import torch.distributed as dist
-
-        per_rank: list[dict[str, float]] = [{} for _ in range(world)]
-        dist.all_gather_object(per_rank, rel_errs)
+        per_rank = every_rank(rel_errs)
         rel_errs = {name: max(r[name] for r in per_rank) for name in rel_errs}
     bounds = {"megamoe": TOL_NORM if args.precision == "bf16" else TOL_NORM_FP8_VS_FP32, baseline_name: TOL_NORM}
     if persistent is not None:
@@ -207,14 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     layer_row = "megamoe_graph" if graph is not None else "megamoe_eager"
     roof_ms = roofline_s(weight_bytes, flops) * 1e3
     result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(dev),
-        "versions": {
-            "torch": torch.__version__,
-            "triton": __import__("triton").__version__,
-            "cuda": torch.version.cuda,
-        },
-        "command": " ".join(sys.argv),
+        **run_metadata(),
         "shape": {
             "hidden": h,
             "intermediate": i,

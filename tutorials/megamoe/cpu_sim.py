@@ -185,8 +185,7 @@ def simulate_kernels(
         for r in range(world):
             for i in phase:
                 kernel = plans[r][i]
-                args = [bindings[r][key] for _, key, _ in kernel.params]
-                kernel.fn[kernel.grid](*args, **kernel.constexprs)
+                kernel.fn[kernel.grid](*kernel.arguments(bindings[r]), **kernel.constexprs)
     return ys, [{**sym[r], **local[r]} for r in range(world)]
 
 

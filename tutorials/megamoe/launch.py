@@ -2,10 +2,11 @@
 
 Contract: :func:`launches` returns the kernels of one call in launch order. Each
 :class:`KernelLaunch` names its runtime parameters (kernel parameter, the key of the tensor or
-integer the layer binds to it, Triton signature type for ahead-of-time compilation), its
-constexprs, grid, warps and stages. The keys are the buffer names of :class:`MoEConfig` plus
-``logits``, ``x``, ``y`` and the weights of ``quant.expert_weights`` (``w1``, ``w2`` for bf16;
-``w1q``, ``w1s``, ``w2q``, ``w2s`` for fp8) (tensors) and ``T``, ``W``, ``me``, ``wait_ms`` (integers).
+integer the layer binds to it), its constexprs, grid, warps and stages; the parameters' types are
+those of what is bound (for ahead-of-time compiles: ``megamoe.meta_bindings``). The keys are the
+buffer names of :class:`MoEConfig` plus ``logits``, ``x``, ``y`` and the weights of
+``quant.expert_weights`` (``w1``, ``w2`` for bf16; ``w1q``, ``w1s``, ``w2q``, ``w2s`` for fp8)
+(tensors) and ``T``, ``W``, ``me``, ``wait_ms`` (integers).
 ``barrier_before`` marks the launches that need every rank past a barrier first (only relevant
 when world > 1): :func:`barrier_launch`, whose waits are bounded, unlike NVSHMEM's stream barrier.
 ``step`` names what a launch does in the call, after the bf16 kernel of that step, so the same names
@@ -35,7 +36,7 @@ class KernelLaunch:
 
     name: str
     fn: Any  # triton JITFunction
-    params: tuple[tuple[str, str, str], ...]  # (kernel parameter, binding key, signature type)
+    params: tuple[tuple[str, str], ...]  # (kernel parameter, binding key)
     constexprs: dict[str, int] = field(default_factory=dict)
     grid: tuple[int, ...] = (1,)
     num_warps: int = 4
@@ -47,11 +48,9 @@ class KernelLaunch:
         if not self.step:
             object.__setattr__(self, "step", self.name)
 
-    def signature(self) -> dict[str, str]:
-        """Triton signature for ASTSource: runtime parameters typed, constexprs marked."""
-        sig = {p: t for p, _, t in self.params}
-        sig.update({c: "constexpr" for c in self.constexprs})
-        return sig
+    def arguments(self, bindings: dict[str, Any]) -> list[Any]:
+        """The kernel's runtime arguments, in order, from a call's ``bindings`` (key -> tensor or integer)."""
+        return [bindings[key] for _, key in self.params]
 
 
 def install_descriptor_scratch(device: Any) -> None:
@@ -70,10 +69,6 @@ def row_block(hidden: int, cap: int = 1024) -> int:
     while hidden % b:
         b //= 2
     return b
-
-
-def _p(name: str, key: str, sig: str) -> tuple[str, str, str]:
-    return (name, key, sig)
 
 
 def _check_tokens(cfg: MoEConfig, tokens: int) -> None:
@@ -106,14 +101,14 @@ def _gemm_constexprs(cfg: MoEConfig, tiles: Tiles, **blocks: int) -> dict[str, i
     )
 
 
-def _l1_params(cfg: MoEConfig) -> tuple[tuple[str, str, str], ...]:
+def _l1_params(cfg: MoEConfig) -> tuple[tuple[str, str], ...]:
     """Runtime parameters of the bf16 L1 (``moe_l1_swiglu``), which ``moe_gemms`` starts with."""
     return (
-        _p("recv_x", "x" if _local(cfg) else "recv_x", "*bf16"),
-        _p("sorted_row", "sorted_row", "*i32"),
-        _p("counters_ptr", "counters", "*i32"),
-        _p("w1_ptr", "w1", "*bf16"),
-        _p("h_ptr", "h", "*bf16"),
+        ("recv_x", "x" if _local(cfg) else "recv_x"),
+        ("sorted_row", "sorted_row"),
+        ("counters_ptr", "counters"),
+        ("w1_ptr", "w1"),
+        ("h_ptr", "h"),
     )
 
 
@@ -125,11 +120,11 @@ def barrier_launch(cfg: MoEConfig) -> KernelLaunch:
         "moe_barrier",
         K.moe_barrier_kernel,
         (
-            _p("arrived_sym", "barrier_arrived", "*i64"),
-            _p("epoch_ptr", "barrier_epoch", "*i64"),
-            _p("me", "me", "i32"),
-            _p("W", "W", "i32"),
-            _p("wait_ms", "wait_ms", "i32"),
+            ("arrived_sym", "barrier_arrived"),
+            ("epoch_ptr", "barrier_epoch"),
+            ("me", "me"),
+            ("W", "W"),
+            ("wait_ms", "wait_ms"),
         ),
         num_warps=1,
     )
@@ -141,13 +136,13 @@ def _plan(cfg: MoEConfig) -> KernelLaunch:
         "moe_plan",
         K.moe_plan,
         (
-            _p("ids_sym", "topk_ids", "*i32"),
-            _p("slot_ptr", "slot", "*i32"),
-            _p("send_idx_sym", "send_idx", "*i32"),
-            _p("send_count_sym", "send_count", "*i32"),
-            _p("counters_ptr", "counters", "*i32"),
-            _p("T", "T", "i32"),
-            _p("W", "W", "i32"),
+            ("ids_sym", "topk_ids"),
+            ("slot_ptr", "slot"),
+            ("send_idx_sym", "send_idx"),
+            ("send_count_sym", "send_count"),
+            ("counters_ptr", "counters"),
+            ("T", "T"),
+            ("W", "W"),
         ),
         dict(
             T_MAX=cfg.max_tokens,
@@ -167,12 +162,12 @@ def _place(cfg: MoEConfig) -> KernelLaunch:
         "moe_place",
         K.moe_place,
         (
-            _p("recv_ids", "recv_ids", "*i32"),
-            _p("recv_n", "recv_n", "*i32"),
-            _p("counters_ptr", "counters", "*i32"),
-            _p("sorted_row", "sorted_row", "*i32"),
-            _p("inv_pos", "inv_pos", "*i32"),
-            _p("me", "me", "i32"),
+            ("recv_ids", "recv_ids"),
+            ("recv_n", "recv_n"),
+            ("counters_ptr", "counters"),
+            ("sorted_row", "sorted_row"),
+            ("inv_pos", "inv_pos"),
+            ("me", "me"),
         ),
         dict(T_MAX=cfg.max_tokens, K=k, K_P2=next_pow2(k), E_LOC=e_loc, E_P2=next_pow2(e_loc)),
         grid=(cfg.world, cfg.max_tokens),
@@ -199,13 +194,13 @@ def _combine(cfg: MoEConfig) -> KernelLaunch:
         "moe_combine",
         K.moe_combine,
         (
-            _p("recv_w", "recv_w", "*fp32"),
-            _p("recv_n", "recv_n", "*i32"),
-            _p("inv_pos", "inv_pos", "*i32"),
-            _p("y_pair", "y_pair", "*bf16"),
-            _p("staging", "y" if _local(cfg) else "staging", "*bf16"),
-            _p("comb_sym", "comb", "*bf16"),
-            _p("me", "me", "i32"),
+            ("recv_w", "recv_w"),
+            ("recv_n", "recv_n"),
+            ("inv_pos", "inv_pos"),
+            ("y_pair", "y_pair"),
+            ("staging", "y" if _local(cfg) else "staging"),
+            ("comb_sym", "comb"),
+            ("me", "me"),
         ),
         dict(
             T_MAX=cfg.max_tokens,
@@ -226,10 +221,10 @@ def _reduce(cfg: MoEConfig, tokens: int) -> KernelLaunch:
         "moe_reduce",
         K.moe_reduce,
         (
-            _p("comb_sym", "comb", "*bf16"),
-            _p("slot_ptr", "slot", "*i32"),
-            _p("y_ptr", "y", "*bf16"),
-            _p("W", "W", "i32"),
+            ("comb_sym", "comb"),
+            ("slot_ptr", "slot"),
+            ("y_ptr", "y"),
+            ("W", "W"),
         ),
         dict(T_MAX=cfg.max_tokens, H=h, W_P2=next_pow2(w), BLOCK_H=row_block(h, 2048 // next_pow2(w))),
         grid=(tokens,),
@@ -276,10 +271,10 @@ def _gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
             "moe_l2",
             K.moe_l2,
             (
-                _p("h_ptr", "h", "*bf16"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w2_ptr", "w2", "*bf16"),
-                _p("y_ptr", "y_pair", "*bf16"),
+                ("h_ptr", "h"),
+                ("counters_ptr", "counters"),
+                ("w2_ptr", "w2"),
+                ("y_ptr", "y_pair"),
             ),
             l2,
             **l2_opts,
@@ -305,9 +300,9 @@ def _fused_gemms(cfg: MoEConfig, tiles: Tiles) -> list[KernelLaunch]:
             K.moe_gemms,
             (
                 *_l1_params(cfg),
-                _p("w2_ptr", "w2", "*bf16"),
-                _p("y_ptr", "y_pair", "*bf16"),
-                _p("sched_ptr", "gemm_sched", "*i32"),
+                ("w2_ptr", "w2"),
+                ("y_ptr", "y_pair"),
+                ("sched_ptr", "gemm_sched"),
             ),
             constexprs,
             grid=(tiles.gemm_programs,),
@@ -329,12 +324,12 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
             "moe_route",
             K.moe_route,
             (
-                _p("logits_ptr", "logits", "*fp32"),
-                _p("x_ptr", "x", "*bf16"),
-                _p("x_sym", "x_sym", "*bf16"),
-                _p("ids_sym", "topk_ids", "*i32"),
-                _p("w_sym", "topk_w", "*fp32"),
-                _p("T", "T", "i32"),
+                ("logits_ptr", "logits"),
+                ("x_ptr", "x"),
+                ("x_sym", "x_sym"),
+                ("ids_sym", "topk_ids"),
+                ("w_sym", "topk_w"),
+                ("T", "T"),
             ),
             dict(
                 _route_constexprs(cfg),
@@ -349,17 +344,17 @@ def launches(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch]:
             "moe_dispatch",
             K.moe_dispatch,
             (
-                _p("x_sym", "x_sym", "*bf16"),
-                _p("ids_sym", "topk_ids", "*i32"),
-                _p("w_sym", "topk_w", "*fp32"),
-                _p("send_idx_sym", "send_idx", "*i32"),
-                _p("send_count_sym", "send_count", "*i32"),
-                _p("recv_x", "recv_x", "*bf16"),
-                _p("recv_ids", "recv_ids", "*i32"),
-                _p("recv_w", "recv_w", "*fp32"),
-                _p("recv_n", "recv_n", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("me", "me", "i32"),
+                ("x_sym", "x_sym"),
+                ("ids_sym", "topk_ids"),
+                ("w_sym", "topk_w"),
+                ("send_idx_sym", "send_idx"),
+                ("send_count_sym", "send_count"),
+                ("recv_x", "recv_x"),
+                ("recv_ids", "recv_ids"),
+                ("recv_w", "recv_w"),
+                ("recv_n", "recv_n"),
+                ("counters_ptr", "counters"),
+                ("me", "me"),
             ),
             _dispatch_constexprs(cfg),
             grid=(cfg.world, cfg.max_tokens),
@@ -397,13 +392,13 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
             "moe_route_fp8",
             KF.moe_route_fp8,
             (
-                _p("logits_ptr", "logits", "*fp32"),
-                _p("x_ptr", "x", "*bf16"),
-                _p("x_sym", "x_sym", "*fp8e4nv"),
-                _p("xs_sym", "x_scale", "*fp32"),
-                _p("ids_sym", "topk_ids", "*i32"),
-                _p("w_sym", "topk_w", "*fp32"),
-                _p("T", "T", "i32"),
+                ("logits_ptr", "logits"),
+                ("x_ptr", "x"),
+                ("x_sym", "x_sym"),
+                ("xs_sym", "x_scale"),
+                ("ids_sym", "topk_ids"),
+                ("w_sym", "topk_w"),
+                ("T", "T"),
             ),
             dict(_route_constexprs(cfg), H_CHUNK=_route_chunk(cfg)),
             grid=(triton_cdiv(tokens, ROUTE_BLOCK_T), h // _route_chunk(cfg)),
@@ -414,19 +409,19 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
             "moe_dispatch_fp8",
             KF.moe_dispatch_fp8,
             (
-                _p("x_sym", "x_sym", "*fp8e4nv"),
-                _p("xs_sym", "x_scale", "*fp32"),
-                _p("ids_sym", "topk_ids", "*i32"),
-                _p("w_sym", "topk_w", "*fp32"),
-                _p("send_idx_sym", "send_idx", "*i32"),
-                _p("send_count_sym", "send_count", "*i32"),
-                _p("recv_x", "recv_x", "*fp8e4nv"),
-                _p("recv_xs", "recv_xs", "*fp32"),
-                _p("recv_ids", "recv_ids", "*i32"),
-                _p("recv_w", "recv_w", "*fp32"),
-                _p("recv_n", "recv_n", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("me", "me", "i32"),
+                ("x_sym", "x_sym"),
+                ("xs_sym", "x_scale"),
+                ("ids_sym", "topk_ids"),
+                ("w_sym", "topk_w"),
+                ("send_idx_sym", "send_idx"),
+                ("send_count_sym", "send_count"),
+                ("recv_x", "recv_x"),
+                ("recv_xs", "recv_xs"),
+                ("recv_ids", "recv_ids"),
+                ("recv_w", "recv_w"),
+                ("recv_n", "recv_n"),
+                ("counters_ptr", "counters"),
+                ("me", "me"),
             ),
             _dispatch_constexprs(cfg),
             grid=(cfg.world, cfg.max_tokens),
@@ -438,14 +433,14 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
             "moe_l1_swiglu_fp8",
             KF.moe_l1_swiglu_fp8,
             (
-                _p("recv_x", "x_sym" if _local(cfg) else "recv_x", "*fp8e4nv"),
-                _p("recv_xs", "x_scale" if _local(cfg) else "recv_xs", "*fp32"),
-                _p("sorted_row", "sorted_row", "*i32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w1q_ptr", "w1q", "*fp8e4nv"),
-                _p("w1s_ptr", "w1s", "*fp32"),
-                _p("h_ptr", "h", "*fp8e4nv"),
-                _p("hs_ptr", "h_scale", "*fp32"),
+                ("recv_x", "x_sym" if _local(cfg) else "recv_x"),
+                ("recv_xs", "x_scale" if _local(cfg) else "recv_xs"),
+                ("sorted_row", "sorted_row"),
+                ("counters_ptr", "counters"),
+                ("w1q_ptr", "w1q"),
+                ("w1s_ptr", "w1s"),
+                ("h_ptr", "h"),
+                ("hs_ptr", "h_scale"),
             ),
             l1,
             **l1_opts,
@@ -455,12 +450,12 @@ def launches_fp8(cfg: MoEConfig, tiles: Tiles, tokens: int) -> list[KernelLaunch
             "moe_l2_fp8",
             KF.moe_l2_fp8,
             (
-                _p("h_ptr", "h", "*fp8e4nv"),
-                _p("hs_ptr", "h_scale", "*fp32"),
-                _p("counters_ptr", "counters", "*i32"),
-                _p("w2q_ptr", "w2q", "*fp8e4nv"),
-                _p("w2s_ptr", "w2s", "*fp32"),
-                _p("y_ptr", "y_pair", "*bf16"),
+                ("h_ptr", "h"),
+                ("hs_ptr", "h_scale"),
+                ("counters_ptr", "counters"),
+                ("w2q_ptr", "w2q"),
+                ("w2s_ptr", "w2s"),
+                ("y_ptr", "y_pair"),
             ),
             l2,
             **l2_opts,

@@ -40,6 +40,7 @@ import torch
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
+from ..common.ranks import every_rank
 from .config import (
     FP8_BLOCK,
     PRECISIONS,
@@ -60,13 +61,34 @@ TORCH_DTYPES = {  # the buffer dtype names of config.MoEConfig
     "float8_e4m3fn": torch.float8_e4m3fn,
 }
 _LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_SIGNATURE_DTYPES = {
-    "*bf16": torch.bfloat16,
-    "*fp32": torch.float32,
-    "*i32": torch.int32,
-    "*i64": torch.int64,
-    "*fp8e4nv": torch.float8_e4m3fn,
-}
+
+
+def call_bindings(
+    buffers: dict[str, torch.Tensor], x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, world: int, rank: int,
+    wait_ms: int,
+) -> dict[str, object]:
+    """What a call binds to its kernels' parameters (the keys of ``launch.KernelLaunch.params``): the layer's
+    workspace and weights ``buffers``, the call's ``x``, float32 ``logits`` and ``y``, and the integers T
+    (x's rows), W, me and wait_ms."""
+    return {**buffers, "logits": logits, "x": x, "y": y, "T": x.shape[0], "W": world, "me": rank, "wait_ms": wait_ms}
+
+
+def meta_bindings(cfg: MoEConfig) -> dict[str, object]:
+    """The bindings of a call of ``cfg.max_tokens`` tokens on rank 0 with every tensor on the meta device
+    (dtype and shape only: nothing is allocated, no GPU is needed), the workspace and weights as a layer
+    of ``cfg`` makes them: what ``MegaMoE`` preloads and ``aot`` compiles each kernel for. The kernels
+    do not specialise on T, W, me or wait_ms, so these compile the kernels of every call."""
+
+    def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    workspace = {n: empty(s, TORCH_DTYPES[d]) for n, s, d in (*cfg.symmetric_buffers(), *cfg.local_buffers())}
+    w1 = empty((cfg.local_experts, cfg.hidden, 2 * cfg.intermediate), torch.bfloat16)
+    w2 = empty((cfg.local_experts, cfg.intermediate, cfg.hidden), torch.bfloat16)
+    x = empty((cfg.max_tokens, cfg.hidden), torch.bfloat16)
+    logits = empty((cfg.max_tokens, cfg.num_experts), torch.float32)
+    buffers = {**workspace, **expert_weights(w1, w2, cfg.precision)}
+    return call_bindings(buffers, x, logits, torch.empty_like(x), cfg.world, 0, wait_timeout_ms())
 
 
 class MegaMoE:
@@ -139,22 +161,21 @@ class MegaMoE:
         the rank, so these are the kernels of every later call."""
         from triton_raw_ext import preload
 
+        bindings = meta_bindings(self.cfg)
         for launch in [*self._launches[self.cfg.max_tokens], *([self._barrier] if self.cfg.world > 1 else [])]:
-            args = [_SIGNATURE_DTYPES.get(sig, 2) for _, _, sig in launch.params]  # ints: any value but 1
             preload(
-                launch.fn, *args, grid=launch.grid, **launch.constexprs, num_warps=launch.num_warps,
-                num_stages=launch.num_stages,
+                launch.fn, *launch.arguments(bindings), grid=launch.grid, **launch.constexprs,
+                num_warps=launch.num_warps, num_stages=launch.num_stages,
             )
         self._rt.host_barrier()
 
     def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
-        b: dict[str, object] = {**self.sym, **self.local, **self.weights}
-        b.update(logits=logits, x=x, y=y, T=x.shape[0], W=self.cfg.world, me=self.rank, wait_ms=self.wait_ms)
-        return b
+        buffers = {**self.sym, **self.local, **self.weights}
+        return call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms)
 
     def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
-        args = [bindings[key] for _, key, _ in launch.params]
-        launch.fn[launch.grid](*args, **launch.constexprs, num_warps=launch.num_warps, num_stages=launch.num_stages)
+        launch.fn[launch.grid](*launch.arguments(bindings), **launch.constexprs, num_warps=launch.num_warps,
+                               num_stages=launch.num_stages)  # fmt: skip
 
     def __call__(
         self, x: torch.Tensor, logits: torch.Tensor, out: torch.Tensor | None = None
@@ -468,11 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = "ok" if rows[-1]["ok"] else "FAIL"
                 print(f"rank {me}: case {name} {case} {routing}: {verdict}", file=sys.stderr, flush=True)
     if world > 1:
-        import torch.distributed as dist
-
-        gathered: list[list[dict]] = [[] for _ in range(world)]
-        dist.all_gather_object(gathered, rows)
-        rows = [r for part in gathered for r in part]
+        rows = [r for part in every_rank(rows) for r in part]
     ok = all(r["ok"] for r in rows)
     if me == 0:
         print(

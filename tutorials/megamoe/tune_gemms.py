@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ..common.run_metadata import run_metadata
 from .config import Tiles
 from .launch import install_descriptor_scratch, launches
 from .megamoe import MegaMoE, make_inputs, make_weights
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for cand in candidates:
             tiles = _tiles(kernel, cand, layer.tiles)
             (launch,) = [lc for lc in launches(layer.cfg, tiles, t) if lc.name == kernel]
-            call_args = [bindings[key] for _, key, _ in launch.params]
+            call_args = launch.arguments(bindings)
 
             def run(launch=launch, call_args=call_args) -> None:
                 launch.fn[launch.grid](
@@ -159,10 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if good:
             best[kernel] = min(good, key=lambda r: r["us"])
     result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(dev),
-        "versions": {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
-        "command": " ".join(sys.argv),
+        **run_metadata(),
         "shape": {"hidden": h, "intermediate": i, "experts": e, "top_k": k, "tokens": t, "pairs": pairs},
         "precision": args.precision,
         "tile_fields": ["block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "tma"],
