@@ -22,6 +22,7 @@ os.environ.pop("PYTHONSAFEPATH", None)
 ROOT = Path(__file__).resolve().parents[1]
 TEST_DIR = Path(__file__).resolve().parent
 KERNELS = TEST_DIR / "kernels"
+EXAMPLE_KERNELS = ROOT / "examples" / "kernels"  # the sample kernels the benchmarks and GPU scripts share
 ELF_MAGIC = b"\x7fELF"
 # A definition, declaration or call instruction naming a raw function (not a value named %call.i).
 RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|(?<![%\w.])call\b[^@\n]*@rawext_\w+", re.MULTILINE)

@@ -1,8 +1,8 @@
 """The plugin's modules (``triton_raw_ext``, its ``passes`` and ``runtime``) and the repository's own
-packages (``tutorials``, ``scripts``) import each other without cycles: read with ``ast``, imports
-inside functions included, so a cycle hidden by a late import is found too. Importing a submodule
-also runs its parents' ``__init__``; that is not counted as an edge, only the module an import
-statement names.
+packages (``tutorials``, ``scripts``, ``examples``, ``bench``) import each other without cycles: read
+with ``ast``, imports inside functions included, so a cycle hidden by a late import is found too.
+Importing a submodule also runs its parents' ``__init__``; that is not counted as an edge, only the
+module an import statement names.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
-PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime", "tutorials", "scripts")
+PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime", "tutorials", "scripts", "examples",
+            "bench")
 
 
 def _modules() -> dict[str, Path]:

@@ -1,10 +1,11 @@
 """NVSHMEM ring through a raw CUDA function, at world size 1 and with N PEs sharing one GPU.
 
-Usage: ``python -m scripts.gpu.nvshmem_ring --world 1 2 --steps 20 --out DIR`` (repository root). For each world
-size it starts that many processes (gloo for torch.distributed, ``TRITON_RAW_SHARED_GPU=1`` so all
-PEs sit on GPU 0), each running test/kernels' ``ring_kernel`` for ``--steps`` steps: PE p sends a
-block to PE p+1 with put-with-signal, waits for its own signal, checks what arrived from p-1, the
-value nvshmem_int_p delivered, and that nvshmem_ptr reaches the peer. Every process has a timeout.
+Usage: ``python -m scripts.gpu.nvshmem_ring --world 1 2 --steps 20 --out DIR`` (repository root).
+For each world size it starts that many processes (gloo for torch.distributed,
+``TRITON_RAW_SHARED_GPU=1`` so all PEs sit on GPU 0), each running
+``examples.kernels.raw_kernels.ring_kernel`` for ``--steps`` steps: PE p sends a block to PE p+1
+with put-with-signal, waits for its own signal, checks what arrived from p-1, the value
+nvshmem_int_p delivered, and that nvshmem_ptr reaches the peer. Every process has a timeout.
 Writes JSON (the run's metadata, per-world results and step latency medians).
 """
 
@@ -29,9 +30,7 @@ def worker(steps: int, block: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    sys.path.insert(0, str(ROOT / "test"))
-    from kernels.raw_kernels import ring_kernel
-
+    from examples.kernels.raw_kernels import ring_kernel
     from triton_raw_ext import runtime
 
     dist.init_process_group("gloo")

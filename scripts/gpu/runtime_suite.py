@@ -108,7 +108,6 @@ def worker_core() -> dict:
         return results
     me, n = runtime.my_pe(), runtime.n_pes()
     right, left = (me + 1) % n, (me - 1) % n
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test"))
 
     def identity() -> None:
         assert me == int(os.environ.get("RANK", "0")), (me, os.environ.get("RANK"))
@@ -127,8 +126,8 @@ def worker_core() -> dict:
         torch.cuda.synchronize()
 
     def put_get() -> None:
-        """Put to and get from the next PE from a kernel (raw NVSHMEM, test/kernels/shmem-device.cu)."""
-        from kernels.raw_kernels import put_get_kernel
+        """Put to and get from the next PE from a kernel (raw NVSHMEM, examples/kernels/shmem-device.cu)."""
+        from examples.kernels.raw_kernels import put_get_kernel
 
         block = 1024
         buf = runtime.zeros(2 * block, torch.int32)
@@ -143,8 +142,8 @@ def worker_core() -> dict:
         assert torch.equal(got, ramp + 1000 * right), got[:4].tolist()
 
     def signal_wait() -> None:
-        """Put-with-signal and wait from a kernel (raw NVSHMEM functions, test/kernels/shmem-device.cu)."""
-        from kernels.raw_kernels import ring_kernel
+        """Put-with-signal and wait from a kernel (raw NVSHMEM, examples/kernels/shmem-device.cu)."""
+        from examples.kernels.raw_kernels import ring_kernel
 
         block = 256
         buf = runtime.zeros(2 * block, torch.int32)

@@ -1,4 +1,5 @@
-"""Raw functions and Triton kernels shared by the tests (AOT on CPU, and run on a GPU)."""
+"""Raw functions and Triton kernels shared by the benchmarks, the GPU scripts and the tests (AOT on CPU,
+and run on a GPU)."""
 
 import triton
 import triton.language as tl
