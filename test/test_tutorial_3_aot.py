@@ -9,8 +9,10 @@ import triton
 from conftest import assert_bounded_wait, assert_no_spills, entry_param
 from triton.backends.compiler import GPUTarget
 
+from tutorials.common.aot import launch_source
 from tutorials.megamoe import aot
 from tutorials.megamoe.launch import barrier_launch
+from tutorials.megamoe.megamoe import meta_bindings
 
 KERNELS = aot.kernels()
 FP8_GEMMS = ("moe_l1_swiglu_fp8", "moe_l2_fp8")
@@ -116,3 +118,16 @@ def test_grouped_gemm_tiles_do_not_spill(name, tmp_path):
     (src,) = [s for n, s in KERNELS if n == name]
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=aot.options_for(name))
     assert_no_spills(compiled.asm["ptx"], tmp_path)
+
+
+def test_kernels_do_not_specialise_on_the_integers_of_a_call():
+    """The layer preloads each kernel once, from ``meta_bindings`` (max_tokens tokens, rank 0), before any
+    call: every later call, with any T, on any rank, must launch that very kernel, so none specialises
+    on T, W, me or wait_ms (Triton would on an integer equal to 1 or divisible by 16)."""
+    for cfg, launch in aot.all_launches():
+        preloaded = aot.ast_source(launch, cfg)
+        for ints in ({"T": 1, "me": 1, "W": 1, "wait_ms": 1}, {"T": 48, "me": 16, "W": 32, "wait_ms": 32000}):
+            bindings = {**meta_bindings(cfg), **ints}
+            source, _ = launch_source(launch.fn, *launch.arguments(bindings), **launch.constexprs)
+            assert (source.signature, source.constants, source.attrs) == (
+                preloaded.signature, preloaded.constants, preloaded.attrs), (launch.name, ints)
