@@ -2,7 +2,7 @@
 
 Each sample is a fresh Python process that compiles one kernel with ``triton.compile`` for
 ``GPUTarget("cuda", 90, 32)``, with the Triton cache and the plugin cache in folders this script
-controls. Cases (kernels in ``bench/kernels``):
+controls. Cases (kernels in ``bench.kernels``):
 
 - ``a_plain``: a plain Triton kernel (the plugin is not imported); Triton cache empty.
 - ``b_raw``: the same kernel plus one raw elementwise function; its compiled `.cu` already in the
@@ -31,23 +31,21 @@ are sampled round-robin so that drift spreads over all of them.
 Goals, on wall time (a miss is reported, never raised; each also gives the CPU-time value): ``b_raw``
 at most 0.3 s over ``a_plain``; per release, ``c_nvshmem_warm`` at most 0.3 s over ``b_raw`` (the
 same kernel without NVSHMEM), ``d_nvshmem_cold`` at most 10 s, ``e_collective_warm`` at most 3 s and
-``f_collective_respecialized`` at most 0.3 s over ``b_raw_respecialized``. Results go to one JSON file,
-``bench/results/<date>-cpu-compile-overhead/compile_overhead-<plugin commit>.json`` by default.
+``f_collective_respecialized`` at most 0.3 s over ``b_raw_respecialized``. Results go to one JSON file
+with the run's metadata, ``bench/results/<date>-cpu-compile-overhead/compile_overhead-<commit>.json``
+by default.
 
-Usage: ``python bench/compile_overhead.py [--samples N] [--nvshmem-home DIR ...] [--fetch-nvshmem VERSION ...]
-[--output PATH]``
+Usage, from the repository root: ``python -m bench.compile_overhead [--samples N] [--nvshmem-home DIR
+...] [--fetch-nvshmem VERSION ...] [--output PATH]``
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
-import platform
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
@@ -57,9 +55,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-KERNELS = HERE / "kernels"
-RESULTS = HERE / "results"
+from tutorials.common.run_metadata import run_metadata
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
 FETCH_DIR = Path.home() / ".cache" / "triton-raw-ext" / "nvshmem"
 WHEEL = "nvidia-nvshmem-cu13"
 
@@ -142,9 +141,8 @@ def worker(case: str) -> None:
     from triton.compiler import ASTSource
 
     module_name, kernel_name, signature_name, _ = CASES[case]
-    sys.path.insert(0, str(KERNELS))
     start = time.perf_counter()
-    module = importlib.import_module(module_name)
+    module = importlib.import_module(f"bench.kernels.{module_name}")
     import_s = time.perf_counter() - start
     kernel, signature = getattr(module, kernel_name), getattr(module, signature_name)
     source = ASTSource(kernel, signature=signature, constexprs=module.CONSTEXPRS)
@@ -168,8 +166,8 @@ def run_sample(sample: Sample, triton_cache: Path, plugin_cache: Path) -> dict:
     if sample.home is not None:
         env["NVSHMEM_HOME"] = str(sample.home)
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", sample.case],
-        capture_output=True, text=True, env=env, timeout=600,
+        [sys.executable, "-m", __spec__.name, "--worker", sample.case],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"case {sample.label} failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
@@ -251,45 +249,26 @@ def nvshmem_releases(homes: list[Path], fetch: list[str]) -> dict[str, Path]:
     return releases
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def plugin_source() -> dict[str, str | bool | None]:
-    """Where the measured plugin was imported from, its git commit and whether its tree had changes."""
+    """Where the measured plugin was imported from and whether its git tree had changes."""
     import triton_raw_ext
 
     folder = Path(triton_raw_ext.__file__).resolve().parent
-
-    def git(*args: str) -> str | None:
-        proc = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True)
-        return proc.stdout.strip() if proc.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"path": str(folder), "git_head": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None
-            else None}
+    proc = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                          capture_output=True, text=True)  # fmt: skip
+    return {"path": str(folder), "dirty": bool(proc.stdout.strip()) if proc.returncode == 0 else None}
 
 
-def versions() -> dict[str, str | None]:
-    """Versions of everything on the compile path, as the plugin discovers them."""
+def compile_path_versions() -> dict[str, str]:
+    """Versions of the tools on the compile path besides those of the run's metadata, as the plugin
+    discovers them."""
     import llvmlite
-    import triton
 
     from triton_raw_ext.toolchain import find_clang
 
     clang = find_clang()
-    return {
-        "python": platform.python_version(),
-        "triton": triton.__version__,
-        "llvmlite": llvmlite.__version__,
-        "clang": f"{'.'.join(map(str, clang.version))} ({' '.join(clang.command)})",
-    }
+    clang_version = ".".join(map(str, clang.version))
+    return {"llvmlite": llvmlite.__version__, "clang": f"{clang_version} ({' '.join(clang.command)})"}
 
 
 def summarize(samples: list[Sample], results: dict[str, list[dict]]) -> tuple[dict, dict, dict[str, dict]]:
@@ -335,14 +314,11 @@ def main() -> None:
 
     from triton_raw_ext.nvshmem_install import NvshmemInstall
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    plugin = plugin_source()
+    meta = run_metadata()
     report = {
-        "date": now.isoformat(timespec="seconds"),
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(), "gpu": None},
-        "versions": versions(),
-        "plugin": plugin,
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        **meta,
+        "versions": {**meta["versions"], **compile_path_versions()},
+        "plugin": plugin_source(),
         "target": "GPUTarget('cuda', 90, 32)",
         "timed": "triton.compile only, in a fresh process per sample",
         "nvshmem": {
@@ -365,8 +341,8 @@ def main() -> None:
         "skipped": skipped,
         "goals": goals,
     }
-    folder = RESULTS / f"{now.date().isoformat()}-cpu-compile-overhead"
-    output = args.output or folder / f"compile_overhead-{(plugin['git_head'] or 'unknown')[:10]}.json"
+    folder = RESULTS / f"{meta['date'][:10]}-cpu-compile-overhead"  # the UTC date
+    output = args.output or folder / f"compile_overhead-{(meta['git_head'] or 'unknown')[:10]}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
 

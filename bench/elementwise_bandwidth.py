@@ -2,8 +2,9 @@
 
 Both kernels read x and write x + 1 (fp32) over ``--gib`` GiB of input; timed in one run with
 CUDA events (triton.testing.do_bench, median) after warmup, alternating the two variants so that
-clock drift affects both. Writes JSON (date, GPU, versions, command, medians, ratio) to --out.
-Goal: raw >= 0.98x the bandwidth of pure Triton.
+clock drift affects both. Writes JSON (the run's metadata, medians, ratio) to --out.
+Goal: raw >= 0.98x the bandwidth of pure Triton. Run from the repository root:
+``python -m bench.elementwise_bandwidth``.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 from pathlib import Path
 
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-from kernels.raw_kernels import elementwise_kernel, triton_add_one_kernel  # noqa: E402
-
-import triton_raw_ext  # noqa: E402
+from examples.kernels.raw_kernels import elementwise_kernel, triton_add_one_kernel
+from tutorials.common.run_metadata import run_metadata
 
 
 def measure(kernel, x: torch.Tensor, y: torch.Tensor, block: int) -> float:
@@ -53,15 +51,7 @@ def main() -> None:
     tbps = {k: moved / (ms * 1e-3) / 1e12 for k, ms in median.items()}
     record = {
         "benchmark": "elementwise_bandwidth",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(),
-        "versions": {
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "triton_raw_ext": triton_raw_ext.__version__,
-            "cuda": torch.version.cuda,
-        },
-        "command": " ".join([sys.executable, *sys.argv]),
+        **run_metadata(),
         "elements": n,
         "bytes_moved": moved,
         "block": args.block,

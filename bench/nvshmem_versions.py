@@ -1,11 +1,12 @@
 """AOT-compile the NVSHMEM ring kernel against several NVSHMEM installations (CPU, no GPU needed).
 
-Usage: ``python bench/nvshmem_versions.py NVSHMEM_ROOT [NVSHMEM_ROOT ...] [--out DIR]``, each root a
-folder with ``include/`` and ``lib/`` (for a wheel: ``unzip nvidia_nvshmem_cu13-X.whl`` and pass
-``.../nvidia/nvshmem``). Each root is compiled in a fresh process with empty caches (first-ever
-compile), then again warm (plugin caches kept, Triton cache emptied). Records which bitcode was
-linked, that NVSHMEM's state is in the PTX, that no NVSHMEM function is left unresolved (the
-collectives linked as precompiled objects are listed apart), and times.
+Usage, from the repository root: ``python -m bench.nvshmem_versions NVSHMEM_ROOT [NVSHMEM_ROOT ...]
+[--out DIR]``, each root a folder with ``include/`` and ``lib/`` (for a wheel: ``unzip
+nvidia_nvshmem_cu13-X.whl`` and pass ``.../nvidia/nvshmem``). Each root is compiled in a fresh
+process with empty caches (first-ever compile), then again warm (plugin caches kept, Triton cache
+emptied). Records which bitcode was linked, that NVSHMEM's state is in the PTX, that no NVSHMEM
+function is left unresolved (the collectives linked as precompiled objects are listed apart), and
+times, with the run's metadata.
 """
 
 from __future__ import annotations
@@ -14,24 +15,26 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tutorials.common.run_metadata import run_metadata
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = r"""
-import json, re, sys, time
-sys.path.insert(0, sys.argv[1])
-from conftest import aot
-from kernels import raw_kernels as k
+import json, re, time
+import triton
+from triton.compiler import ASTSource
+from examples.kernels import raw_kernels as k
 from triton_raw_ext.nvshmem_install import find_nvshmem
+from tutorials.common.aot import SM90
 nv = find_nvshmem()
 sig = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
 t = time.perf_counter()
-c = aot(k.ring_kernel, sig, {"BLOCK": 128})
+c = triton.compile(ASTSource(k.ring_kernel, signature=sig, constexprs={"BLOCK": 128}), target=SM90)
 ptx = c.asm["ptx"]
 print(json.dumps({
     "nvshmem": nv.version_str, "bitcode": nv.bitcode_for(90).name, "seconds": round(time.perf_counter() - t, 2),
@@ -48,8 +51,7 @@ print(json.dumps({
 def compile_once(nvshmem_root: Path, caches: Path) -> dict:
     env = {**os.environ, "NVSHMEM_HOME": str(nvshmem_root), "TRITON_CACHE_DIR": str(caches / "triton"),
            "TRITON_RAW_CACHE_DIR": str(caches / "raw")}
-    out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "test")], env=env, capture_output=True, text=True,
-                         timeout=900)
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         return {"ok": False, "error": out.stderr[-2000:]}
     return {"ok": True, **json.loads(out.stdout.strip().splitlines()[-1])}
@@ -70,13 +72,7 @@ def main() -> None:
         rows.append({"root": str(root), "cold": cold, "warm": warm})
         print(f"{root}: cold {cold.get('seconds')} s, warm {warm.get('seconds')} s, "
               f"{cold.get('nvshmem')} {cold.get('bitcode')} ok={cold['ok'] and warm['ok']}")
-    import triton
-
-    record = {"benchmark": "nvshmem_versions", "target": "cuda sm_90 (AOT, no GPU)",
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-              "versions": {"python": platform.python_version(), "triton": triton.__version__},
-              "command": " ".join([sys.executable, *sys.argv]), "results": rows}
+    record = {"benchmark": "nvshmem_versions", "target": "cuda sm_90 (AOT, no GPU)", **run_metadata(), "results": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"nvshmem_versions-{datetime.date.today()}.json"
     path.write_text(json.dumps(record, indent=1))

@@ -5,7 +5,7 @@ functions were built from, once each. This times that check for kernels reaching
 functions, each from a `.cu` of its own and all from one `.cu`, against one ``os.stat`` on the same
 machine, median of many calls, and writes ``bench/results/<date>-cpu-source-watch/``.
 
-Usage: ``python bench/source_watch.py [--calls N] [--out FOLDER]``
+Usage, from the repository root: ``python -m bench.source_watch [--calls N] [--out FOLDER]``
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ from pathlib import Path
 from triton_raw_ext.cu_compiler import CompileSpec
 from triton_raw_ext.dialect import RawFunction, stamp
 from triton_raw_ext.source_watch import _pre_run
+from tutorials.common.run_metadata import run_metadata
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,12 +64,9 @@ def main() -> None:
                 seconds = time_check(n, files, args.calls, Path(tmp) / f"{n}-{files}")
                 rows.append({"raw_functions": n, "cu_files": files, "check_us": round(seconds * 1e6, 2)})
                 print(f"{n:>3} raw functions from {files:>2} .cu: {seconds * 1e6:7.2f} us per launch")
-    date = datetime.date.today().isoformat()
-    out = args.out or HERE / "results" / f"{date}-cpu-source-watch"
+    out = args.out or HERE / "results" / f"{datetime.date.today().isoformat()}-cpu-source-watch"
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"date": date, "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-           "command": " ".join([sys.executable, *sys.argv]), "calls": args.calls,
-           "one_stat_us": round(one_stat * 1e6, 2), "rows": rows}
+    doc = {**run_metadata(), "calls": args.calls, "one_stat_us": round(one_stat * 1e6, 2), "rows": rows}
     (out / "source_watch.json").write_text(json.dumps(doc, indent=1))
     print(f"wrote {out / 'source_watch.json'}")
 

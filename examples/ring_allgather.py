@@ -7,10 +7,11 @@ round's number) and waits for the previous PE's chunk to arrive in the same way.
 grow, so signals are never reset; a barrier at the start of each round keeps a PE from writing into
 a peer that is still forwarding the previous round.
 
-Run (one PE per GPU, or N PEs sharing GPU 0; start MPS first: ``nvidia-cuda-mps-control -d``)::
+Run from the repository root (one PE per GPU, or N PEs sharing GPU 0; start MPS first:
+``nvidia-cuda-mps-control -d``)::
 
-    torchrun --standalone --nproc-per-node=2 examples/ring_allgather.py
-    TRITON_RAW_SHARED_GPU=1 torchrun --standalone --nproc-per-node=4 examples/ring_allgather.py
+    torchrun --standalone --nproc-per-node=2 -m examples.ring_allgather
+    TRITON_RAW_SHARED_GPU=1 torchrun --standalone --nproc-per-node=4 -m examples.ring_allgather
 
 Every rank prints PASS or FAIL and exits 0 or 1.
 """

@@ -1,27 +1,27 @@
 """The main job: run the tutorials on GPUs, or, without a GPU, compile them ahead of time for sm_90.
 
-``python scripts/main_job.py`` picks the mode from what it sees (``--aot`` / ``--gpu`` force one).
-AOT mode imports each ``tutorials/*/aot.py``, compiles every kernel its ``kernels()`` lists for
-``GPUTarget("cuda", 90, 32)`` (with ``options_for(name)`` when the tutorial defines it), and reports
-time, PTX and cubin size, shared memory and the NVSHMEM symbols linked. GPU mode runs each
-tutorial's ``run_gpu.sh`` with a time limit. A JSON report goes to ``--out``; the exit status is 1
+``python3 -m scripts.main_job`` (repository root) picks the mode from what it sees (``--aot`` /
+``--gpu`` force one). AOT mode compiles every kernel of each tutorial's ``aot`` module
+(``tutorials.TUTORIALS``, in order) for ``GPUTarget("cuda", 90, 32)`` with the options the tutorial
+launches it with (``tutorials.common.aot.compile_tutorial``), and reports time, PTX and cubin size,
+shared memory and the NVSHMEM symbols linked. GPU mode runs each tutorial's ``run_gpu.sh`` with a time
+limit. A JSON report (with the run's metadata) goes to ``--out``; the exit status is 1
 if anything failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import json
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
+from tutorials import TUTORIALS
+from tutorials.common.run_metadata import run_metadata
+
 ROOT = Path(__file__).resolve().parents[1]
-TUTORIALS = sorted(p.parent for p in (ROOT / "tutorials").glob("*/aot.py"))
 
 
 def gpu_count() -> int:
@@ -32,55 +32,12 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _load_aot(folder: Path):
-    spec = importlib.util.spec_from_file_location(f"tutorial_aot_{folder.name.replace('-', '_')}", folder / "aot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def compile_tutorial(folder: Path) -> list[dict]:
-    """AOT-compile every kernel of one tutorial; one row per kernel (errors become rows too)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    target = GPUTarget("cuda", 90, 32)
-    try:
-        aot = _load_aot(folder)
-        sources = aot.kernels()
-    except Exception as e:  # noqa: BLE001 - reported as a failed row, the job goes on
-        return [{"tutorial": folder.name, "kernel": "<aot.py>", "ok": False, "error": f"{type(e).__name__}: {e}"}]
-    rows = []
-    for name, src in sources:
-        options = aot.options_for(name) if hasattr(aot, "options_for") else None
-        start = time.perf_counter()
-        try:
-            c = triton.compile(src, target=target, options=options)
-        except Exception as e:  # noqa: BLE001
-            rows.append({"tutorial": folder.name, "kernel": name, "ok": False,
-                         "error": "".join(traceback.format_exception_only(e)).strip()[-2000:]})
-            continue
-        meta = c.metadata._asdict()
-        rows.append({
-            "tutorial": folder.name, "kernel": name, "ok": c.asm["cubin"][:4] == b"\x7fELF",
-            "seconds": round(time.perf_counter() - start, 3), "ptx_kb": round(len(c.asm["ptx"]) / 1024, 1),
-            "cubin_kb": round(len(c.asm["cubin"]) / 1024, 1), "shared_bytes": meta.get("shared"),
-            "num_warps": meta.get("num_warps"), "nvshmem": meta.get("raw_nvshmem", []),
-        })  # fmt: skip
-    return rows
-
-
 def run_aot() -> tuple[bool, dict]:
-    rows = [row for folder in TUTORIALS for row in compile_tutorial(folder)]
-    print(f"{'tutorial':<24} {'kernel':<40} {'ok':<4} {'s':>6} {'ptx KB':>8} {'cubin KB':>9} {'smem':>7} nvshmem")
-    for r in rows:
-        if r["ok"]:
-            print(f"{r['tutorial']:<24} {r['kernel']:<40} {'yes':<4} {r['seconds']:>6.2f} {r['ptx_kb']:>8} "
-                  f"{r['cubin_kb']:>9} {r['shared_bytes']:>7} {len(r['nvshmem'])} symbols")
-        else:
-            print(f"{r['tutorial']:<24} {r['kernel']:<40} FAIL  {r['error'].splitlines()[-1][:200]}")
     from triton_raw_ext.toolchain import find_clang
+    from tutorials.common.aot import compile_tutorial, print_rows
 
+    rows = [row for tutorial in TUTORIALS for row in compile_tutorial(tutorial)]
+    print_rows(rows)
     ok = bool(rows) and all(r["ok"] for r in rows)
     clang = find_clang().identity
     print(f"\n{sum(r['ok'] for r in rows)}/{len(rows)} kernels compiled to sm_90 cubin without a GPU (clang {clang})")
@@ -89,15 +46,15 @@ def run_aot() -> tuple[bool, dict]:
 
 def run_gpu(timeout_s: float) -> tuple[bool, dict]:
     results = []
-    for folder in TUTORIALS:
-        script = folder / "run_gpu.sh"
+    for tutorial in TUTORIALS:
+        script = ROOT / "tutorials" / tutorial / "run_gpu.sh"
         start = time.perf_counter()
         try:
             proc = subprocess.run(["bash", str(script)], cwd=ROOT, timeout=timeout_s)
             status = "PASS" if proc.returncode == 0 else f"FAIL (exit {proc.returncode})"
         except subprocess.TimeoutExpired:
             status = f"FAIL (over {timeout_s:.0f} s)"
-        results.append({"tutorial": folder.name, "status": status, "seconds": round(time.perf_counter() - start, 1)})
+        results.append({"tutorial": tutorial, "status": status, "seconds": round(time.perf_counter() - start, 1)})
     for r in results:
         print(f"{r['tutorial']:<24} {r['status']:<24} {r['seconds']:>8.1f} s")
     return all(r["status"] == "PASS" for r in results), {"mode": "gpu", "gpus": gpu_count(), "tutorials": results}
@@ -112,12 +69,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "main_job")
     args = parser.parse_args()
     use_gpu = args.gpu or (not args.aot and gpu_count() > 0)
-    if not TUTORIALS:
-        print("no tutorials/*/aot.py found", file=sys.stderr)
-        return 1
     ok, report = run_gpu(args.timeout) if use_gpu else run_aot()
-    report["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    report["command"] = " ".join([sys.executable, *sys.argv])
+    report.update(run_metadata())
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"main_job-{report['mode']}.json"
     path.write_text(json.dumps(report, indent=1))

@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/bin"
 ln -s "$($PY -c 'import sys; print(sys.executable)')" "$work/bin/python3"
 env -i HOME="$HOME" PATH="$work/bin" TRITON_CACHE_DIR="$work/triton" TRITON_RAW_CACHE_DIR="$work/raw" \
-  python3 scripts/main_job.py --aot --out "$work/report"
+  python3 -m scripts.main_job --aot --out "$work/report"
 $PY - "$work/report/main_job-aot.json" <<'PYEOF'
 import json, sys
 report = json.load(open(sys.argv[1]))

@@ -19,11 +19,23 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 # the GPU setup's PYTHONSAFEPATH (which keeps the checkout from shadowing the install) would hide it.
 os.environ.pop("PYTHONSAFEPATH", None)
 
-KERNELS = Path(__file__).parent / "kernels"
+ROOT = Path(__file__).resolve().parents[1]
+TEST_DIR = Path(__file__).resolve().parent
+KERNELS = TEST_DIR / "kernels"
+EXAMPLE_KERNELS = ROOT / "examples" / "kernels"  # the sample kernels the benchmarks and GPU scripts share
 ELF_MAGIC = b"\x7fELF"
 # A definition, declaration or call instruction naming a raw function (not a value named %call.i).
 RAW_FUNCTION = re.compile(r"^(?:define|declare)\b[^@\n]*@rawext_\w+|(?<![%\w.])call\b[^@\n]*@rawext_\w+", re.MULTILINE)
 SM90 = None  # set lazily: importing triton here would read the cache env above too early
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment, with ``extra`` added, for a child Python process that imports the
+    repository's packages (``tutorials``, ``examples``, ``scripts``) or this folder's modules
+    (``conftest``, ``kernels``): the repository root and ``test/`` go on PYTHONPATH after what is
+    already there, so that an installed plugin (the GPU setup's) keeps precedence over the checkout."""
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] + [str(ROOT), str(TEST_DIR)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **extra}
 
 
 def has_gpu() -> bool:
@@ -273,51 +285,6 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_RUN_CACHES, ignore_errors=True)
 
 
-TUTORIALS = Path(__file__).resolve().parents[1] / "tutorials"
-
-
-def load_module(path: Path, name: str):
-    """Import the file ``path`` as module ``name`` (once per test run). Tutorials and scripts are
-    programs, not packages: each tutorial has an ``aot.py`` and a ``benchmark.py``, and imported by their
-    plain names the first tutorial's would shadow the others'."""
-    import importlib.util
-    import sys
-
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def load_tutorial_aot(folder: str, module: str = "aot"):
-    """``tutorials/<folder>/<module>.py``, imported under a name of its own (for the names every tutorial
-    has: ``aot``, ``benchmark``)."""
-    tutorial_path(folder)  # its own imports of its sibling modules
-    return load_module(TUTORIALS / folder / f"{module}.py", f"tutorial_{module}_{folder.replace('-', '_')}")
-
-
-def tutorial_path(folder: str) -> Path:
-    """Make the modules of ``tutorials/<folder>`` importable as its own scripts import them: by their
-    plain names (each tutorial prefixes its modules: ``arn_``, ``ag_``, ``moe_``), with ``tutorials/``
-    for ``common``. The one place the tests extend ``sys.path``; returns the folder."""
-    import sys
-
-    path = TUTORIALS / folder
-    for entry in (str(TUTORIALS), str(path)):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    return path
-
-
-def tutorial_env(folder: str) -> dict[str, str]:
-    """The environment for a child Python process that imports ``tutorials/<folder>``'s modules."""
-    path = os.pathsep.join([str(TUTORIALS / folder), str(TUTORIALS), os.environ.get("PYTHONPATH", "")])
-    return {**os.environ, "PYTHONPATH": path.rstrip(os.pathsep)}
-
-
-GPU_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
 FAKE_SMI = """#!/bin/sh
 case "$*" in
   *--list-gpus*) i=0; while [ $i -lt {gpus} ]; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; i=$((i+1)); done ;;
@@ -330,18 +297,13 @@ echo "mps $* $(cat 2>/dev/null | tr -d '\\n')" >>"$FAKE_MPS_LOG"
 """
 
 
-def gpu_suites():
-    """``scripts/gpu/suites.py``: the GPU suites' steps."""
-    return load_module(GPU_SCRIPTS / "suites.py", "gpu_suites")
-
-
 def _executable(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(path.stat().st_mode | 0o100)
 
 
 def fake_gpu_host(tmp_path: Path, gpus: int, fake_python: str | None = None) -> Path:
-    """A bin folder to put first on PATH so that ``scripts/gpu/suite.py --no-setup`` runs on CPU: a fake
+    """A bin folder to put first on PATH so that ``scripts.gpu.suite --no-setup`` runs on CPU: a fake
     ``nvidia-smi`` listing ``gpus`` H200s, a fake ``nvidia-cuda-mps-control`` that records its calls in
     ``$FAKE_MPS_LOG``, and, if given, ``fake_python`` (formatted with ``real``, this interpreter) as
     ``python3``."""
@@ -357,14 +319,14 @@ def fake_gpu_host(tmp_path: Path, gpus: int, fake_python: str | None = None) -> 
 
 
 def run_suite(args: list[str], bin_dir: Path | None = None, timeout: float = 120, **env: str):
-    """Run ``scripts/gpu/suite.py --no-setup ARGS`` with ``bin_dir`` first on PATH and ``env`` added;
-    returns the CompletedProcess (stdout and stderr as text)."""
+    """Run ``python -m scripts.gpu.suite ARGS[0] --no-setup ARGS[1:]`` from the repository root with
+    ``bin_dir`` first on PATH and ``env`` added; returns the CompletedProcess (stdout and stderr as text)."""
     import subprocess
     import sys
 
     path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if bin_dir else os.environ["PATH"]
-    return subprocess.run([sys.executable, str(GPU_SCRIPTS / "suite.py"), args[0], "--no-setup", *args[1:]],
-                          env={**os.environ, "PATH": path, **env}, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scripts.gpu.suite", args[0], "--no-setup", *args[1:]], cwd=ROOT,
+                          env=child_env(PATH=path, **env), capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
 
 

@@ -1,24 +1,22 @@
-"""The main job's AOT contract: every tutorial's aot.py names its kernels and their launch options.
+"""The main job's AOT contract: every tutorial's aot module names its kernels and their launch options.
 
-scripts/main_job.py compiles ``kernels()`` with ``options_for(name)``; a kernel compiled without its
+scripts.main_job compiles ``kernels()`` with ``options_for(name)``; a kernel compiled without its
 launch options (warps, stages) is not the kernel that runs on the GPU.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
-from conftest import TUTORIALS, load_tutorial_aot
 
-FOLDERS = sorted(p.name for p in TUTORIALS.iterdir() if (p / "aot.py").exists())
-
-
-def test_every_tutorial_has_an_aot_module():
-    assert FOLDERS == ["01-allreduce-rmsnorm", "02-allgather-gemm", "03-megamoe"]
+from tutorials import TUTORIALS
+from tutorials.megamoe import aot as megamoe_aot
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
-def test_options_for_every_kernel(folder):
-    aot = load_tutorial_aot(folder)
+@pytest.mark.parametrize("tutorial", TUTORIALS)
+def test_options_for_every_kernel(tutorial):
+    aot = importlib.import_module(f"tutorials.{tutorial}.aot")
     names = [name for name, _ in aot.kernels()]
     assert names and len(set(names)) == len(names), names
     for name in names:
@@ -27,6 +25,5 @@ def test_options_for_every_kernel(folder):
 
 
 def test_options_for_an_unknown_kernel_names_the_listing():
-    aot = load_tutorial_aot("03-megamoe")
     with pytest.raises(KeyError, match="'moe_nope' is not a Tutorial 3 kernel; kernels\\(\\) lists them"):
-        aot.options_for("moe_nope")
+        megamoe_aot.options_for("moe_nope")

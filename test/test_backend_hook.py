@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from conftest import child_env
+
 SCRIPT = textwrap.dedent('''
-    import sys
-    sys.path.insert(0, sys.argv[1])
     from triton import knobs
     calls = []
 
@@ -28,7 +27,7 @@ SCRIPT = textwrap.dedent('''
     install()  # a second install must not wrap twice
     hook = knobs.runtime.add_stages_inspection_hook
     from conftest import aot
-    from kernels import raw_kernels as k
+    from examples.kernels import raw_kernels as k
     c = aot(k.elementwise_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
             {"BLOCK": 256})
     assert calls and "llir" in calls[0], calls
@@ -47,9 +46,8 @@ def test_chains_with_an_earlier_hook(tmp_path: Path):
     script.write_text(SCRIPT)
     # A Triton cache of its own: the earlier hook changes the PTX, and stage hooks are not part of
     # Triton's cache key, so a shared cache would hand the changed PTX to other tests.
-    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
-    out = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)], capture_output=True, text=True,
-                         timeout=300, env=env)
+    env = child_env(TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok 1"
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import requires_nvshmem
+from conftest import EXAMPLE_KERNELS, child_env, requires_nvshmem
 
 from triton_raw_ext import nvshmem_install, version
 from triton_raw_ext.dialect import dialect
@@ -43,10 +43,8 @@ KERNEL_PY = textwrap.dedent('''
 ''')
 
 RING_PY = textwrap.dedent('''
-    import sys
-    sys.path.insert(0, sys.argv[1])
     from conftest import aot
-    from kernels import raw_kernels as k
+    from examples.kernels import raw_kernels as k
     sig = {"buf": "*i32", "slot": "*i32", "sig": "*u64", "out": "*i32", "step": "i64", "BLOCK": "constexpr"}
     c = aot(k.ring_kernel, sig, {"BLOCK": 128})
     print(c.hash)
@@ -54,7 +52,7 @@ RING_PY = textwrap.dedent('''
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "TRITON_CACHE_DIR": str(tmp / "triton"), "TRITON_RAW_CACHE_DIR": str(tmp / "raw")}
+    return child_env(TRITON_CACHE_DIR=str(tmp / "triton"), TRITON_RAW_CACHE_DIR=str(tmp / "raw"))
 
 
 def _compile(workdir: Path, *defines: str) -> dict:
@@ -101,7 +99,7 @@ def test_local_include_is_part_of_the_key(tmp_path: Path):
 
 
 def test_plugin_version_is_part_of_the_key(monkeypatch):
-    fn = dialect(name="cuda", file="kernels/add-device.cu")(lambda x: None)
+    fn = dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"))(lambda x: None)
     before = fn.cache_key
     monkeypatch.setattr(version, "__version__", "999.0")
     version.code_digest.cache_clear()
@@ -185,11 +183,10 @@ def test_eight_processes_compiling_at_once_make_one_entry(workdir: Path):
 
 @requires_nvshmem
 def test_killed_compile_leaves_nothing_that_breaks_the_next(tmp_path: Path):
-    test_dir = str(Path(__file__).parent)
     script = tmp_path / "ring.py"
     script.write_text(RING_PY)
     env = _env(tmp_path)
-    victim = subprocess.Popen([sys.executable, str(script), test_dir], env=env, stdout=subprocess.PIPE,
+    victim = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 120
     subset = tmp_path / "raw" / "nvshmem_subset"
@@ -198,8 +195,7 @@ def test_killed_compile_leaves_nothing_that_breaks_the_next(tmp_path: Path):
     time.sleep(0.5)  # now inside the NVSHMEM subset build (parsing the library)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    out = subprocess.run([sys.executable, str(script), test_dir], env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     entries = [e for e in subset.iterdir() if e.is_dir()]
     # the kernel's cut and, with nvlink, the cut of its barrier for the barrier's object

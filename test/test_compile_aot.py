@@ -7,8 +7,8 @@ import re
 import pytest
 import triton
 from conftest import aot, assert_nvshmem_linked, assert_raw_inlined, requires_nvshmem, requires_per_sm_nvshmem
-from kernels import raw_kernels as k
 
+from examples.kernels import raw_kernels as k
 from triton_raw_ext import nvshmem_cut, nvshmem_link
 from triton_raw_ext.knobs import nvshmem_transports
 from triton_raw_ext.toolchain import find_llvm_link, usable_nvlink

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, aot, aot_error, requires_nvshmem
+from conftest import EXAMPLE_KERNELS, KERNELS, aot, aot_error, child_env, requires_nvshmem
 
 import triton_raw_ext.language as raw
 from triton_raw_ext import RawCompileError, dialect, knobs, nvshmem_install
@@ -93,7 +93,7 @@ def test_nvlink_older_than_triton_ptxas_is_not_used(fresh_nvlink, tmp_path):
 
 
 def test_clang_missing_reaches_the_kernel_compile(fresh_clang):
-    @dialect(name="cuda", file="kernels/add-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"))
     def add_one(x): ...
 
     @triton.jit
@@ -120,7 +120,7 @@ def test_syntax_error_shows_clang_diagnostics():
 
 
 def test_function_not_found_lists_what_exists():
-    @dialect(name="cuda", file="kernels/add-device.cu", extern_func_name="add_two")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"), extern_func_name="add_two")
     def add_two(x): ...
 
     @triton.jit
@@ -133,7 +133,7 @@ def test_function_not_found_lists_what_exists():
 
 
 def test_wrong_arity():
-    @dialect(name="cuda", file="kernels/add-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"))
     def add_one(x): ...
 
     @triton.jit
@@ -146,7 +146,7 @@ def test_wrong_arity():
 
 
 def test_wrong_type_names_function_parameter_and_both_types():
-    @dialect(name="cuda", file="kernels/add-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"))
     def add_one(x): ...
 
     @triton.jit
@@ -159,7 +159,7 @@ def test_wrong_type_names_function_parameter_and_both_types():
 
 
 def test_pointer_parameter_rejects_float():
-    @dialect(name="cuda", file="kernels/shift-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "shift-device.cu"))
     def rotate_block(data, n): ...
 
     @triton.jit
@@ -171,9 +171,9 @@ def test_pointer_parameter_rejects_float():
 
 def test_unknown_library_and_dialect():
     with pytest.raises(RawCompileError, match=r"unknown library 'mpi'; supported: nvshmem"):
-        dialect(name="cuda", file="kernels/add-device.cu", library="mpi")
+        dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"), library="mpi")
     with pytest.raises(RawCompileError, match=r"unknown dialect 'hip'; supported: cuda"):
-        dialect(name="hip", file="kernels/add-device.cu")
+        dialect(name="hip", file=str(EXAMPLE_KERNELS / "add-device.cu"))
 
 
 def test_file_not_found():
@@ -184,7 +184,7 @@ def test_file_not_found():
 
 
 def test_nvshmem_use_without_library_declared():
-    @dialect(name="cuda", file="kernels/shmem-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "shmem-device.cu"))
     def my_pe(): ...
 
     @triton.jit
@@ -195,7 +195,7 @@ def test_nvshmem_use_without_library_declared():
 
 
 def test_call_outside_a_kernel():
-    @dialect(name="cuda", file="kernels/add-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "add-device.cu"))
     def add_one(x): ...
 
     with pytest.raises(RawCompileError, match="can only be called inside a @triton.jit or @gluon.jit function"):
@@ -211,7 +211,7 @@ def no_nvshmem(monkeypatch):
 
 
 def test_nvshmem_not_installed(no_nvshmem):
-    @dialect(name="cuda", file="kernels/shmem-device.cu", library="nvshmem")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "shmem-device.cu"), library="nvshmem")
     def my_pe(): ...
 
     @triton.jit
@@ -231,7 +231,7 @@ def test_no_bitcode_for_the_arch(tmp_path, monkeypatch):
     monkeypatch.setenv("NVSHMEM_HOME", str(fake))
     nvshmem_install._find_cached.cache_clear()
     try:
-        @dialect(name="cuda", file="kernels/shmem-device.cu", library="nvshmem")
+        @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "shmem-device.cu"), library="nvshmem")
         def my_pe(): ...
 
         @triton.jit
@@ -247,10 +247,10 @@ def test_no_bitcode_for_the_arch(tmp_path, monkeypatch):
 
 
 def test_lossless_widening_is_accepted_and_narrowing_is_not():
-    @dialect(name="cuda", file="kernels/types-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "types-device.cu"))
     def add_i64(x, y): ...
 
-    @dialect(name="cuda", file="kernels/types-device.cu")
+    @dialect(name="cuda", file=str(EXAMPLE_KERNELS / "types-device.cu"))
     def twice_f16(x): ...
 
     @triton.jit
@@ -273,9 +273,9 @@ def test_missing_triton_names_the_fix():
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
-    probe = f"import sys; sys.path.insert(0, {str(root)!r}); import triton_raw_ext"
-    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60)
+    # -S: no site-packages, so no Triton; the plugin itself comes from the repository root on PYTHONPATH
+    out = subprocess.run([sys.executable, "-S", "-c", "import triton_raw_ext"], env=child_env(), capture_output=True,
+                         text=True, timeout=60)
     assert out.returncode != 0
     assert "triton-raw-ext needs a triton 3.6-3.9 wheel" in out.stderr
     assert "install it with `pip install 'triton>=3.6,<3.10'`" in out.stderr

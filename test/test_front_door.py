@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import triton
 import triton.language as tl
-from conftest import KERNELS, RAW_FUNCTION, aot, aot_error, requires_gpu, stub_in
+from conftest import KERNELS, RAW_FUNCTION, aot, aot_error, child_env, requires_gpu, stub_in
 
 from triton_raw_ext import RawCompileError, dialect
 
@@ -32,13 +32,12 @@ def test_cache_folder_with_non_ascii_quote_and_backslash(tmp_path):
     library path escaped in its IR, and the plugin reads it back unescaped."""
     root = tmp_path / 'hömé "q" \\ b'
     script = (
-        "from conftest import aot\nfrom kernels import raw_kernels as k\n"
+        "from conftest import aot\nfrom examples.kernels import raw_kernels as k\n"
         "c = aot(k.elementwise_kernel, {'x_ptr': '*fp32', 'y_ptr': '*fp32', 'n': 'i32', 'BLOCK': 'constexpr'},"
         " {'BLOCK': 256})\nassert c.asm['cubin'][:4] == b'\\x7fELF'\nprint('ok')\n"
     )
-    env = {**os.environ, "TRITON_RAW_CACHE_DIR": str(root / "raw"), "TRITON_CACHE_DIR": str(root / "triton")}
-    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent, env=env, capture_output=True,
-                         text=True, timeout=300)
+    env = child_env(TRITON_RAW_CACHE_DIR=str(root / "raw"), TRITON_CACHE_DIR=str(root / "triton"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -274,8 +273,7 @@ class Sm90:  # what JIT compiles ask the driver; warmup() compiles without launc
 
 
 driver.set_active(Sm90())
-sys.path.insert(0, ".")
-import plus_kernels
+import plus_kernels  # beside this script
 
 x, y = torch.zeros(64), torch.zeros(64)
 ptx = [plus_kernels.plus_kernel.warmup(x, y, BLOCK=64, grid=(1,)).asm["ptx"]]

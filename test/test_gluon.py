@@ -12,10 +12,10 @@ import pytest
 import triton
 from conftest import aot, aot_error, assert_raw_inlined, requires_gpu
 from kernels import gluon_kernels as g
-from kernels.raw_kernels import fill_iota
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from examples.kernels.raw_kernels import fill_iota
 from triton_raw_ext.triton_version import GLUON_SHARED_ADDRESS
 
 requires_shared_address = pytest.mark.skipif(not GLUON_SHARED_ADDRESS, reason="needs Triton >= 3.9 (gl.inline_asm)")

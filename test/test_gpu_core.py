@@ -16,7 +16,7 @@ def torch():
 
 
 def test_elementwise_matches_torch(torch):
-    from kernels.raw_kernels import elementwise_direct_kernel, elementwise_kernel
+    from examples.kernels.raw_kernels import elementwise_direct_kernel, elementwise_kernel
 
     n = 1_000_003  # not a multiple of BLOCK: the mask matters
     x = torch.randn(n, device="cuda")
@@ -27,7 +27,7 @@ def test_elementwise_matches_torch(torch):
 
 
 def test_pointer_function_rotates_each_block(torch):
-    from kernels.raw_kernels import rotate_kernel
+    from examples.kernels.raw_kernels import rotate_kernel
 
     n, blocks = 128, 64
     data = torch.randint(-1000, 1000, (blocks, n), device="cuda", dtype=torch.int32)
@@ -37,7 +37,7 @@ def test_pointer_function_rotates_each_block(torch):
 
 
 def test_two_sources_with_the_same_helper(torch):
-    from kernels.raw_kernels import two_sources_kernel
+    from examples.kernels.raw_kernels import two_sources_kernel
 
     x = torch.randint(-1000, 1000, (128,), device="cuda", dtype=torch.int32)
     y = torch.empty_like(x)
@@ -46,7 +46,7 @@ def test_two_sources_with_the_same_helper(torch):
 
 
 def test_all_abi_types(torch):
-    from kernels.raw_kernels import types_kernel
+    from examples.kernels.raw_kernels import types_kernel
 
     n = 128
     f64 = torch.randn(n, device="cuda", dtype=torch.float64)
@@ -64,8 +64,7 @@ def test_all_abi_types(torch):
 @requires_nvshmem
 def test_nvshmem_ring_at_world_size_one(torch):
     """A single PE is its own ring neighbour: every NVSHMEM call of shmem-device.cu runs."""
-    from kernels.raw_kernels import ring_kernel
-
+    from examples.kernels.raw_kernels import ring_kernel
     from triton_raw_ext import runtime
 
     runtime.init()
@@ -88,8 +87,7 @@ def test_nvshmem_ring_at_world_size_one(torch):
 @requires_nvshmem
 def test_nvshmem_put_get_at_world_size_one(torch):
     """Device-side block put and get with itself: the put lands in the second half, the get reads the first."""
-    from kernels.raw_kernels import put_get_kernel
-
+    from examples.kernels.raw_kernels import put_get_kernel
     from triton_raw_ext import runtime
 
     runtime.init()
@@ -132,8 +130,7 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 def test_preload_loads_the_kernel_the_launch_then_uses(torch):
-    from kernels.raw_kernels import elementwise_kernel
-
+    from examples.kernels.raw_kernels import elementwise_kernel
     from triton_raw_ext import preload
 
     n = 4096

@@ -1,5 +1,6 @@
-"""scripts/gpu/suite.py on CPU, with real processes: limits and stacks, exit statuses, the environment of
-every step, MPS for the steps whose PEs share a GPU, bundles, and that every suite names files that exist.
+"""scripts.gpu.suite on CPU, with real processes: limits and stacks, exit statuses, the environment of
+every step, MPS for the steps whose PEs share a GPU, bundles, and that every suite names files and modules
+that exist.
 
 GPU commands are replaced by a fake ``python3`` (and fake ``nvidia-smi`` / ``nvidia-cuda-mps-control``);
 what the GPU runs measure is not tested here.
@@ -7,15 +8,17 @@ what the GPU runs measure is not tested here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 import tarfile
 
 import pytest
-from conftest import GPU_SCRIPTS, fake_gpu_host, gpu_suites, run_suite
+from conftest import ROOT, fake_gpu_host, run_suite
 
-ROOT = GPU_SCRIPTS.parents[1]
+from scripts.gpu import suites
+from tutorials import TUTORIALS
 
 
 def test_a_hung_worker_prints_its_python_stack_and_the_step_times_out(tmp_path):
@@ -41,7 +44,7 @@ def test_a_command_that_ends_keeps_its_exit_status_and_the_json_it_wrote(tmp_pat
                         "PYTHONFAULTHANDLER": "1"}.items():  # fmt: skip
         assert step_env[name] == value and summary["env"][name] == value
     assert "TRITON_RAW_SHARED_GPU" not in step_env
-    assert summary["versions"]["triton"] and summary["command"].startswith("python3 scripts/gpu/suite.py exec")
+    assert summary["versions"]["triton"] and summary["command"].startswith("python3 -m scripts.gpu.suite exec")
 
 
 def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
@@ -59,7 +62,6 @@ def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
 
 
 def test_every_suite_names_scripts_that_exist():
-    suites = gpu_suites()
     names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "faults", "nvshmem", "multi_gpu", "all"}
     assert set(suites.SUITES) == names
     env = {"VARIANTS": "stores:2 puts:2"}
@@ -76,15 +78,19 @@ def test_every_suite_names_scripts_that_exist():
             steps = [s for part, _ in suite.parts for s in part.steps] + suite.steps
             assert steps, name
             for step in steps:
+                for arg, after in zip(step.command, step.command[1:], strict=False):
+                    if arg == "-m":  # python3 -m MODULE, torchrun ... -m MODULE
+                        assert importlib.util.find_spec(after), f"{name}/{step.name}: no module {after}"
                 for arg in step.command:
                     if arg.endswith((".py", ".sh")) and "/" in arg:
                         assert (ROOT / arg).is_file(), f"{name}/{step.name}: {arg}"
 
 
 def test_every_tutorial_runs_its_suite_through_the_runner():
-    for run_gpu in sorted(ROOT.glob("tutorials/*/run_gpu.sh")):
-        number = int(run_gpu.parent.name[:2])
-        assert f"exec python3 scripts/gpu/suite.py t{number} " in run_gpu.read_text(), run_gpu
+    run_gpus = [ROOT / "tutorials" / tutorial / "run_gpu.sh" for tutorial in TUTORIALS]
+    assert sorted(ROOT.glob("tutorials/*/run_gpu.sh")) == sorted(run_gpus)
+    for number, run_gpu in enumerate(run_gpus, start=1):
+        assert f"exec python3 -m scripts.gpu.suite t{number} " in run_gpu.read_text(), run_gpu
     scripts = sorted([*ROOT.glob("scripts/**/*.sh"), *ROOT.glob("tutorials/*/*.sh")])
     for script in scripts:
         done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
@@ -92,10 +98,10 @@ def test_every_tutorial_runs_its_suite_through_the_runner():
 
 
 RECORDING_PYTHON = """#!{real}
-# Fake python3: every step records how it was called; the runner's machine.py runs for real.
+# Fake python3: every step records how it was called; the runner's versions (run_metadata) run for real.
 import json, os, sys
 args = sys.argv[1:]
-if args[0].endswith("machine.py"):
+if args[:2] == ["-m", "tutorials.common.run_metadata"]:
     os.execv({real!r}, [{real!r}, *args])
 with open(os.environ["FAKE_CALLS"], "a") as calls:
     calls.write(json.dumps({{"args": args, "shared": os.environ.get("TRITON_RAW_SHARED_GPU"),
@@ -130,7 +136,6 @@ def test_a_step_without_budget_left_is_skipped_and_fails_the_suite(tmp_path):
 
 def test_all_runs_every_one_gpu_suite_as_parts(tmp_path):
     bin_dir = fake_gpu_host(tmp_path, gpus=1, fake_python=RECORDING_PYTHON)
-    suites = gpu_suites()
     all_steps = [f"{part.name}/{s.name}" for part, _ in suites.SUITES["all"](1).parts for s in part.steps]
     done = run_suite(["all", "--out", str(tmp_path / "out")], bin_dir,
                      FAKE_CALLS=str(tmp_path / "calls.jsonl"), FAKE_MPS_LOG=str(tmp_path / "mps.log"))  # fmt: skip
@@ -139,6 +144,6 @@ def test_all_runs_every_one_gpu_suite_as_parts(tmp_path):
     assert list(results) == all_steps, done.stdout
     assert all(results[s] == "PASS" for s in all_steps if s != "core/doctor"), results  # doctor: the real one
     calls = [json.loads(line)["args"] for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
-    runtime = next(args for args in calls if args[0] == "scripts/gpu/runtime_suite.py")
+    runtime = next(args for args in calls if args[:2] == ["-m", "scripts.gpu.runtime_suite"])
     assert runtime[-1].endswith("/runtime/checks")  # one GPU: every stage in one step, MPS on
     assert (tmp_path / "out" / "t1" / "bench_w1.log").is_file()

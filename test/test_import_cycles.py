@@ -1,7 +1,8 @@
-"""The plugin's modules (``triton_raw_ext``, its ``passes`` and ``runtime``) import each other without
-cycles: read with ``ast``, imports inside functions included, so a cycle hidden by a late import
-is found too. Importing a submodule also runs its parents' ``__init__``; that is not counted as an
-edge, only the module an import statement names.
+"""The plugin's modules (``triton_raw_ext``, its ``passes`` and ``runtime``) and the repository's own
+packages (``tutorials``, ``scripts``, ``examples``, ``bench``) import each other without cycles: read
+with ``ast``, imports inside functions included, so a cycle hidden by a late import is found too.
+Importing a submodule also runs its parents' ``__init__``; that is not counted as an edge, only the
+module an import statement names.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
-PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime")
+PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime", "tutorials", "scripts", "examples",
+            "bench")
 
 
 def _modules() -> dict[str, Path]:
@@ -93,6 +95,10 @@ def test_the_graph_reader_sees_relative_absolute_and_late_imports():
     assert "triton_raw_ext.passes.abi_wrappers" in compiler  # absolute, into a mapped package
     runtime = _imports("triton_raw_ext.runtime", modules["triton_raw_ext.runtime"], modules)
     assert "triton_raw_ext.runtime.memory" in runtime  # relative, from a package's __init__
+    launch = _imports("tutorials.megamoe.launch", modules["tutorials.megamoe.launch"], modules)
+    assert {"tutorials.megamoe.kernels", "tutorials.megamoe.config"} <= launch  # `from . import kernels as K`
+    suite = _imports("scripts.gpu.suite", modules["scripts.gpu.suite"], modules)
+    assert "tutorials.common.run_metadata" in suite  # across the repository's packages
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import KERNELS, aot, assert_nvshmem_linked, assert_raw_inlined, requires_nvshmem
+from conftest import EXAMPLE_KERNELS, KERNELS, aot, assert_nvshmem_linked, assert_raw_inlined, requires_nvshmem
 from kernels import nvshmem_header_kernels as hk
 
 from triton_raw_ext import RawCompileError, cu_compiler
@@ -98,7 +98,7 @@ def test_headers_reached_through_a_quoted_include(tmp_path):
 
 
 def test_prototypes_header_needs_no_precompiled_header(tmp_path):
-    spec = CompileSpec(KERNELS / "shmem-device.cu", library="nvshmem")
+    spec = CompileSpec(EXAMPLE_KERNELS / "shmem-device.cu", library="nvshmem")
     assert "-include-pch" not in clang_command(spec, 90, tmp_path / "out.bc")
 
 

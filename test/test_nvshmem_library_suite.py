@@ -1,25 +1,22 @@
-"""scripts/gpu/nvshmem_library_suite.py on CPU: the skip without a GPU, and every kernel of its checks
+"""scripts.gpu.nvshmem_library_suite on CPU: the skip without a GPU, and every kernel of its checks
 compiled ahead of time (through Triton's `llir` stage, with a call of each kind it is run with)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import GPU_SCRIPTS, RAW_FUNCTION, aot, has_gpu, has_nvshmem
+from conftest import RAW_FUNCTION, ROOT, aot, child_env, has_gpu, has_nvshmem
 
 if not has_nvshmem():
     pytest.skip("needs NVSHMEM (pip install nvidia-nvshmem-cu13)", allow_module_level=True)
 
-sys.path.insert(0, str(GPU_SCRIPTS))
-import nvshmem_library_checks as checks  # noqa: E402
-import nvshmem_library_suite as suite  # noqa: E402
-
 import triton_raw_ext.nvshmem as shm  # noqa: E402
+from scripts.gpu import nvshmem_library_checks as checks  # noqa: E402
+from scripts.gpu import nvshmem_library_suite as suite  # noqa: E402
 
 POINTER = {"dest": "*i32", "source": "*i32", "out": "*i32", "buf": "*i32", "got": "*i32", "flag": "*i32",
            "flags": "*i32", "data": "*i32", "slots": "*i32", "cells": "*i32", "sig": "*i64"}  # fmt: skip
@@ -76,8 +73,8 @@ def test_check_kernels_compile(kernel, through_llir):
 
 @pytest.mark.skipif(has_gpu(), reason="on a GPU machine the suite runs for real")
 def test_without_a_gpu_the_suite_writes_a_skip(tmp_path):
-    proc = subprocess.run([sys.executable, str(GPU_SCRIPTS / "nvshmem_library_suite.py")], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "OUT": str(tmp_path)})
+    proc = subprocess.run([sys.executable, "-m", "scripts.gpu.nvshmem_library_suite"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=child_env(OUT=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "nvshmem_library_suite.json").read_text())
     assert report["passed"] is None and "no CUDA GPU" in report["skipped"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import child_env
 from triton_raw_ext.runtime import heap, lifecycle, memory
 
 from triton_raw_ext import runtime
@@ -236,11 +236,7 @@ def test_a_failed_wait_before_nvshmem_malloc_is_reported_and_allocates_nothing(
 
 
 def test_exit_never_hangs_on_a_stuck_teardown() -> None:
-    env = dict(
-        os.environ,
-        TRITON_RAW_FINALIZE_TIMEOUT_S="0.5",
-        PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]),
-    )
+    env = child_env(TRITON_RAW_FINALIZE_TIMEOUT_S="0.5")
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_EXIT_HANG)], env=env, capture_output=True, text=True, timeout=60
     )

@@ -201,9 +201,10 @@ def test_compile_worker_builds_the_kernel(tmp_path, sm90):
 def test_gpu_tests_kernels_compile_from_inductor_modules(sm90, monkeypatch):
     """The kernels the GPU tests below launch in compiled functions, built in this process from
     inductor's modules the way a compile worker builds them."""
-    from kernels.raw_kernels import elementwise_direct_kernel, rotate_direct_kernel
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from torch._inductor.runtime import triton_helpers
+
+    from examples.kernels.raw_kernels import elementwise_direct_kernel, rotate_direct_kernel
 
     monkeypatch.setattr(triton_helpers, "set_driver_to_gpu", lambda: None)  # there is no GPU driver
     launches = [
@@ -250,8 +251,9 @@ def test_torch_sees_what_raw_functions_may_write(tmp_path, sm90):
     """torch's analysis of a user kernel's TTIR counts writes through a raw function's pointer
     argument; the declarations are gone once Triton optimizes, and none is a store through a
     ``tl.const`` pointer (Triton refuses those)."""
-    from kernels.raw_kernels import rotate_kernel
     from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors, kernel_side_table
+
+    from examples.kernels.raw_kernels import rotate_kernel
 
     kernel, constants = kernel_side_table.add_kernel(rotate_kernel), kernel_side_table.add_constant_args({"N": 128})
     assert get_mutated_tensors(kernel, constants, {"data_ptr": torch.zeros(512, dtype=torch.int32)}, {}) == ["data_ptr"]
@@ -286,7 +288,8 @@ def test_compiled_launches_match_eager(compile_workers):
     """Direct launches inside a compiled function: an elementwise raw function, and a pointer one
     that mutates a graph input and an intermediate."""
     import triton
-    from kernels.raw_kernels import elementwise_direct_kernel, rotate_direct_kernel
+
+    from examples.kernels.raw_kernels import elementwise_direct_kernel, rotate_direct_kernel
 
     def plus_one_twice(x):
         y = torch.empty_like(x)
@@ -315,7 +318,8 @@ def test_compiled_launches_match_eager(compile_workers):
 @requires_gpu
 def test_compiled_triton_op_matches_eager(compile_workers):
     import triton
-    from kernels.raw_kernels import elementwise_direct_kernel
+
+    from examples.kernels.raw_kernels import elementwise_direct_kernel
 
     @torch.library.triton_op("triton_raw_tests::plus_one", mutates_args={})
     def plus_one(x: torch.Tensor) -> torch.Tensor:

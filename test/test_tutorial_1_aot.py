@@ -1,4 +1,4 @@
-"""Tutorial 1 on CPU: every kernel of tutorials/01-allreduce-rmsnorm AOT-compiles for sm_90.
+"""Tutorial 1 on CPU: every kernel of tutorials/allreduce_rmsnorm AOT-compiles for sm_90.
 
 Also checks, in the PTX, what the tutorial's performance and correctness arguments rely on: 16-byte
 vector loads and stores, NVSHMEM linked only into the communicating kernels (exactly the functions of
@@ -12,14 +12,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import tutorial_path
-
-TUTORIAL = tutorial_path("01-allreduce-rmsnorm")
 
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton_raw_ext")
 
-from arn_plan import Algorithm, Push  # noqa: E402
 from conftest import (  # noqa: E402
     assert_bounded_wait,
     assert_no_spills,
@@ -28,11 +24,11 @@ from conftest import (  # noqa: E402
     entry_param,
     has_per_sm_nvshmem,
     in_cycle,
-    load_tutorial_aot,
 )
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-aot = load_tutorial_aot("01-allreduce-rmsnorm")
+from tutorials.allreduce_rmsnorm import aot  # noqa: E402
+from tutorials.allreduce_rmsnorm.plan import Algorithm, Push  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -101,7 +97,7 @@ def test_system_fences_are_outside_every_loop(algo, world, push):
 @pytest.mark.parametrize("algo,world", [(Algorithm.ONESHOT, 2), (Algorithm.TWOSHOT, 4)])
 def test_store_push_writes_peers_in_16_byte_vectors(algo, world):
     """With Push.STORES the rows go to peers as plain 16-byte stores (the peer pointer keeps the
-    workspace's alignment: arn_kernels._peer); with PUTS the kernel stores only its outputs."""
+    workspace's alignment: kernels._peer); with PUTS the kernel stores only its outputs."""
     def stores(push):
         src, warps = aot.variant(algo, world, 2048, "bf16", push)
         ptx = _compile(src, warps).asm["ptx"]
@@ -117,7 +113,7 @@ def test_store_push_writes_peers_in_16_byte_vectors(algo, world):
 @pytest.mark.parametrize("push", list(Push))
 @pytest.mark.parametrize("hidden", [512, 2048, 4096, 8192, 16384])
 def test_oneshot_kernels_do_not_spill(hidden, push, tmp_path):
-    """With the plan's warps (arn_plan.waiting_warps: 32 to 64 elements of a row per thread) the
+    """With the plan's warps (plan.waiting_warps: 32 to 64 elements of a row per thread) the
     one-shot kernel stays in registers (ptxas -v, sm_90a)."""
     src, warps = aot.variant(Algorithm.ONESHOT, 2, hidden, "bf16", push)
     assert_no_spills(_compile(src, warps).asm["ptx"], tmp_path)

@@ -5,13 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import tutorial_path
-
-TUTORIAL = tutorial_path("01-allreduce-rmsnorm")
 
 torch = pytest.importorskip("torch")
 
-from arn_plan import (  # noqa: E402
+from tutorials.allreduce_rmsnorm.plan import (  # noqa: E402
     Algorithm,
     Push,
     Tuning,
@@ -24,7 +21,7 @@ from arn_plan import (  # noqa: E402
     programs_per_sm,
     waiting_warps,
 )
-from arn_reference import compare, make_inputs, reduce_like_allreduce, reference, tolerance  # noqa: E402
+from tutorials.allreduce_rmsnorm.reference import compare, make_inputs, reduce_like_allreduce, reference, tolerance  # noqa: E402
 
 TOKENS = (1, 16, 64, 128, 256, 1024, 4096)
 HIDDENS = (2048, 4096, 7168, 8192)
@@ -55,7 +52,7 @@ def test_choice_is_monotone_in_tokens(world):
 
 
 def _slots(lay: WorkspaceLayout):
-    """Every element range the kernel can write, by the kernel's own index formulas (arn_kernels)."""
+    """Every element range the kernel can write, by the kernel's own index formulas (kernels)."""
     w, h = lay.world, lay.hidden
     for par in range(2):
         for src in range(w):
@@ -234,7 +231,7 @@ def test_tolerance_accepts_rounding_and_rejects_two_ulps_and_nan(dtype):
 
 
 def test_a_kernel_variant_not_loaded_at_construction_is_refused_at_world_above_one():
-    from allreduce import AllReduceRMSNorm
+    from tutorials.allreduce_rmsnorm import AllReduceRMSNorm
 
     op = AllReduceRMSNorm.__new__(AllReduceRMSNorm)  # as built at world 2: the aligned kernels preloaded
     cfg = launch_config(Algorithm.ONESHOT, 4096, 8192, resident_programs=132)
@@ -245,7 +242,7 @@ def test_a_kernel_variant_not_loaded_at_construction_is_refused_at_world_above_o
 
 
 def test_parse_tuning():
-    from allreduce import parse_tuning
+    from tutorials.allreduce_rmsnorm.allreduce_rmsnorm import parse_tuning
 
     assert parse_tuning("") == Tuning()
     assert parse_tuning("4") == Tuning(programs_per_sm=4)
@@ -268,10 +265,9 @@ class _Mapped:
 def _op_choosing_push(monkeypatch, peers: dict[int, int | None], world: int = 4):
     """An op at world ``world``, rank 0, whose workspace is at 0x10000 and whose peer PE p is mapped
     ``peers[p]`` bytes away (None: not reachable by load/store)."""
-    from allreduce import AllReduceRMSNorm
-
     from triton_raw_ext import runtime
     from triton_raw_ext.errors import RawRuntimeError
+    from tutorials.allreduce_rmsnorm import AllReduceRMSNorm
 
     def peer(tensor, pe):
         if peers[pe] is None:
@@ -306,11 +302,11 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
     """An op at world 4, rank 0, H 2048, max_tokens 4096 (both algorithms possible), whose preload
     compiles for sm_90 on the CPU against a device of 132 SMs with ``shared_per_sm`` bytes of shared
     memory; loading (128 registers per thread) and the host barrier are stubbed."""
-    import allreduce
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
     from triton_raw_ext import kernel_loading, runtime
+    from tutorials.allreduce_rmsnorm import AllReduceRMSNorm
 
     class Driver:
         class utils:
@@ -329,7 +325,7 @@ def _op_to_preload(monkeypatch, shared_per_sm: int):
     monkeypatch.setattr(driver, "_active", Driver())
     monkeypatch.setattr(kernel_loading, "load", load)
     monkeypatch.setattr(runtime, "host_barrier", lambda: None)
-    op = allreduce.AllReduceRMSNorm.__new__(allreduce.AllReduceRMSNorm)
+    op = AllReduceRMSNorm.__new__(AllReduceRMSNorm)
     op.world, op.rank, op.group, op.hidden, op.dtype, op.max_tokens = 4, 0, None, 2048, torch.bfloat16, 4096
     op.layout = WorkspaceLayout(4, 2048, 4096, 2)
     op.device, op.tuning, op.push = torch.device("cuda", 0), Tuning(), Push.STORES
@@ -358,9 +354,8 @@ def test_preload_refuses_a_kernel_that_does_not_fit_on_an_sm(monkeypatch):
 
 
 def test_benchmark_variants_name_what_is_wrong():
-    from conftest import load_tutorial_aot
+    from tutorials.allreduce_rmsnorm.benchmark import _variant
 
-    _variant = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark")._variant
     assert _variant("puts")[1:] == (Push.PUTS, Tuning())
     assert _variant("stores:8:2:1")[1:] == (Push.STORES, Tuning(8, 2, 1))
     with pytest.raises(SystemExit, match="PUSH must be puts or stores, got 'Stores'"):

@@ -9,19 +9,12 @@ import re
 
 import pytest
 import triton
-from conftest import (
-    assert_bounded_wait,
-    load_tutorial_aot,
-    tutorial_path,  # noqa: E402
-)
+from conftest import assert_bounded_wait
 from triton.backends.compiler import GPUTarget
 
-TUTORIAL = tutorial_path("02-allgather-gemm")
+from tutorials.allgather_gemm import aot, schedule
+
 TARGET = GPUTarget("cuda", 90, 32)
-
-
-aot = load_tutorial_aot("02-allgather-gemm")
-import ag_schedule as schedule  # noqa: E402
 
 NAMES = [name for name, _ in aot.kernels()]
 GEMMS = [name for name in NAMES if name.startswith("ag_gemm_")]

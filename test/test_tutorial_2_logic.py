@@ -10,12 +10,9 @@ import sys
 
 import pytest
 import torch
-from conftest import tutorial_env, tutorial_path
+from conftest import child_env
 
-TUTORIAL = tutorial_path("02-allgather-gemm")
-
-import ag_reference as reference  # noqa: E402
-import ag_schedule as schedule  # noqa: E402
+from tutorials.allgather_gemm import reference, schedule
 
 CASES = [(rank, world, mt, npn, g) for world in (1, 2, 3, 4, 8) for rank in range(world)
          for mt, npn, g in ((1, 1, 8), (3, 5, 2), (8, 4, 8), (4, 7, 3))]  # fmt: skip
@@ -43,12 +40,12 @@ def test_kernel_tile_coords_match_python_in_interpreter(tmp_path):
     script.write_text(f"""
 import json, sys
 import torch, triton, triton.language as tl
-import ag_kernels
+from tutorials.allgather_gemm import kernels
 CASES = {json.dumps([c for c in CASES if c[1] in (1, 3, 4)])}
 @triton.jit
 def coords(out_ptr, rank, world, mt, npn, GROUP_M: tl.constexpr):
     t = tl.program_id(0)
-    pm, pn, src = ag_kernels._tile_coords(t, rank, world, mt, npn, GROUP_M)
+    pm, pn, src = kernels._tile_coords(t, rank, world, mt, npn, GROUP_M)
     tl.store(out_ptr + 3 * t, pm)
     tl.store(out_ptr + 3 * t + 1, pn)
     tl.store(out_ptr + 3 * t + 2, src)
@@ -60,7 +57,7 @@ for rank, world, mt, npn, g in CASES:
     res.append(out.view(n, 3).tolist())
 print(json.dumps(res))
 """)
-    env = {**tutorial_env("02-allgather-gemm"), "TRITON_INTERPRET": "1"}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -87,7 +84,7 @@ import json, sys
 import torch
 import triton.runtime.interpreter as interpreter
 from triton.tools.tensor_descriptor import TensorDescriptor
-import ag_kernels
+from tutorials.allgather_gemm import kernels
 
 # Triton 3.6's interpreter turns scalars into 1-element arrays, which NumPy >= 2.3 refuses to int():
 # index them explicitly so that range() over program_id-based bounds runs.
@@ -108,7 +105,7 @@ for rank, world, m, n, k, grid, num_sms in {WALK_CASES!r}:
     ready = torch.zeros(world, dtype=torch.int32)
     descs = [TensorDescriptor.from_tensor(t, shape) for t, shape in ((a, [bm, bk]), (gathered, [bm, bk]),
                                                                       (b, [bk, bn]), (c, [bm, bn]))]
-    ag_kernels.ag_gemm_kernel[(grid,)](*descs, ready, 1, rank, world, m, n, k, 1000, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+    kernels.ag_gemm_kernel[(grid,)](*descs, ready, 1, rank, world, m, n, k, 1000, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                        GROUP_M=2, NUM_SMS=num_sms, WAIT=False, FLATTEN=False, EPILOGUE_SUBTILE=False)
     full = gathered.clone()
     full[rank * m:(rank + 1) * m] = a
@@ -116,7 +113,7 @@ for rank, world, m, n, k, grid, num_sms in {WALK_CASES!r}:
     errors.append(((c.float() - ref).abs().max() / ref.abs().max()).item())
 print("ERRORS", json.dumps(errors))
 """)
-    env = {**tutorial_env("02-allgather-gemm"), "TRITON_INTERPRET": "1"}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     errors = json.loads(proc.stdout.split("ERRORS")[-1])
@@ -188,20 +185,20 @@ def test_tolerance_passes_output_rounding_and_fails_a_wrong_tile(dtype):
 
 
 def test_operator_refuses_graph_capture_with_a_reason(monkeypatch):
-    import ag_gemm
+    from tutorials.allgather_gemm import allgather_gemm
 
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph at world > 1.*stale flags"):
-        ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")
+        allgather_gemm.refuse_graph_capture("AllGatherGEMM.__call__")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    ag_gemm.refuse_graph_capture("AllGatherGEMM.__call__")  # eager: no error
+    allgather_gemm.refuse_graph_capture("AllGatherGEMM.__call__")  # eager: no error
 
 
 def test_baseline_gemm_refusals_name_the_tensor_and_the_reason():
     """``gemm()``'s messages, on an operator shell with its shapes set (building one needs a GPU)."""
-    import ag_gemm
+    from tutorials.allgather_gemm import AllGatherGEMM
 
-    op = object.__new__(ag_gemm.AllGatherGEMM)
+    op = object.__new__(AllGatherGEMM)
     op.m_per_rank, op.n, op.k, op.world, op.rank, op.epoch = 64, 32, 48, 2, 1, 0
     op.dtype, op.device = torch.bfloat16, torch.device("cpu")
     b = torch.zeros(48, 32, dtype=torch.bfloat16)

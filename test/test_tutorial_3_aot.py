@@ -6,15 +6,13 @@ import re
 
 import pytest
 import triton
-from conftest import tutorial_path
+from conftest import assert_bounded_wait, assert_no_spills, entry_param
 from triton.backends.compiler import GPUTarget
 
-TUTORIAL = tutorial_path("03-megamoe")
-
-from conftest import assert_bounded_wait, assert_no_spills, entry_param, load_tutorial_aot  # noqa: E402
-from moe_launch import barrier_launch  # noqa: E402
-
-aot = load_tutorial_aot("03-megamoe")
+from tutorials.common.aot import launch_source
+from tutorials.megamoe import aot
+from tutorials.megamoe.launch import barrier_launch
+from tutorials.megamoe.megamoe import meta_bindings
 
 KERNELS = aot.kernels()
 FP8_GEMMS = ("moe_l1_swiglu_fp8", "moe_l2_fp8")
@@ -45,14 +43,14 @@ def test_kernel_compiles_for_sm90(name, src):
             "the K-major weight tile must be staged K-contiguous in shared memory"
         )
     if name in ("moe_route_fp8", "moe_l1_swiglu_fp8"):
-        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, "quantization must round to nearest even (as moe_quant)"
-        assert "div.rn.f32" in ptx, "the scale division must be IEEE (as torch in moe_quant)"
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, "quantization must round to nearest even (as quant)"
+        assert "div.rn.f32" in ptx, "the scale division must be IEEE (as torch in quant)"
     if name in ("moe_dispatch", "moe_combine", "moe_dispatch_fp8"):
         assert "nvshmemi_device_state_d" in ptx, "NVSHMEM's device library must be linked"
     if name == "moe_barrier":  # a bounded wait for each peer's word, after this PE's signals
         assert set(compiled.metadata.raw_nvshmem) == {"nvshmemx_signal_op"}
         assert "fence.sc.sys" in ptx or "membar.sys" in ptx, "earlier stores must be published before the signal"
-        params = [p for p, _, _ in barrier_launch(aot.REPRESENTATIVE).params]
+        params = [p for p, _ in barrier_launch(aot.REPRESENTATIVE).params]
         assert_bounded_wait(ptx, entry_param(ptx, params.index("wait_ms")))
 
 
@@ -82,11 +80,11 @@ def test_world_one_variants_compile_without_row_copies():
     import dataclasses
 
     world_one = dataclasses.replace(aot.REPRESENTATIVE, num_experts=16, world=1)
-    for launch in aot.all_launches((world_one,)):
+    for cfg, launch in aot.all_launches((world_one,)):
         if launch.name not in ("moe_route", "moe_dispatch", "moe_combine"):
             continue
         options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-        ptx = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+        ptx = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
         assert "ld.global.cg.v4" not in ptx or launch.name == "moe_route", f"{launch.name} still copies rows"
         if launch.name == "moe_combine":
             assert "nvshmemi_device_state_d" not in ptx, "world 1's combine must not link NVSHMEM"
@@ -98,14 +96,14 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
     weight (and L2's h) tiles with TMA copies feeding wgmma; it fits in shared memory."""
     import dataclasses
 
-    from moe_config import choose_tiles
-    from moe_launch import launches
+    from tutorials.megamoe.config import choose_tiles
+    from tutorials.megamoe.launch import launches
 
     cfg = aot.REPRESENTATIVE
     tiles = dataclasses.replace(choose_tiles(256, cfg.hidden, cfg.intermediate), tma_l1=True, tma_l2=True)
     (launch,) = [lc for lc in launches(cfg, tiles, cfg.max_tokens) if lc.name == name]
     options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-    compiled = triton.compile(aot.ast_source(launch), target=GPUTarget("cuda", 90, 32), options=options)
+    compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32), options=options)
     ttgir = compiled.asm["ttgir"]
     assert "ttng.tensormap_create" in ttgir and "ttng.async_tma_copy_global_to_local" in ttgir
     assert "warp_group_dot" in ttgir
@@ -120,3 +118,16 @@ def test_grouped_gemm_tiles_do_not_spill(name, tmp_path):
     (src,) = [s for n, s in KERNELS if n == name]
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=aot.options_for(name))
     assert_no_spills(compiled.asm["ptx"], tmp_path)
+
+
+def test_kernels_do_not_specialise_on_the_integers_of_a_call():
+    """The layer preloads each kernel once, from ``meta_bindings`` (max_tokens tokens, rank 0), before any
+    call: every later call, with any T, on any rank, must launch that very kernel, so none specialises
+    on T, W, me or wait_ms (Triton would on an integer equal to 1 or divisible by 16)."""
+    for cfg, launch in aot.all_launches():
+        preloaded = aot.ast_source(launch, cfg)
+        for ints in ({"T": 1, "me": 1, "W": 1, "wait_ms": 1}, {"T": 48, "me": 16, "W": 32, "wait_ms": 32000}):
+            bindings = {**meta_bindings(cfg), **ints}
+            source, _ = launch_source(launch.fn, *launch.arguments(bindings), **launch.constexprs)
+            assert (source.signature, source.constants, source.attrs) == (
+                preloaded.signature, preloaded.constants, preloaded.attrs), (launch.name, ints)

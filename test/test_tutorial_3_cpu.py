@@ -14,13 +14,11 @@ import sys
 
 import pytest
 import torch
-from conftest import tutorial_path
+from conftest import ROOT, child_env
 
-TUTORIAL = tutorial_path("03-megamoe")
-
-from moe_config import FP8_BLOCK, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8, max_m_tiles  # noqa: E402
-from moe_launch import launches, launches_fp8  # noqa: E402
-from moe_quant import (  # noqa: E402
+from tutorials.megamoe.config import FP8_BLOCK, MoEConfig, Tiles, choose_tiles, choose_tiles_fp8, max_m_tiles
+from tutorials.megamoe.launch import launches, launches_fp8
+from tutorials.megamoe.quant import (
     AMAX_FLOOR,
     FP8_MAX,
     dequantize_blocks,
@@ -30,8 +28,8 @@ from moe_quant import (  # noqa: E402
     quantize_k_major,
     quantize_rows,
 )
-from moe_reference import reference, reference_bf16, reference_fp8  # noqa: E402
-from moe_routing import receive_counts, route, send_plan, simulate  # noqa: E402
+from tutorials.megamoe.reference import reference, reference_bf16, reference_fp8
+from tutorials.megamoe.routing import receive_counts, route, send_plan, simulate
 
 
 def test_config_validation():
@@ -112,8 +110,8 @@ def test_world_one_reads_rows_in_place_and_skips_the_exchange(precision):
     assert "moe_reduce" not in plan and not any(lc.barrier_before and lc.step != "moe_dispatch" for lc in plan.values())
     assert plan["moe_dispatch"].constexprs["PULL_ROWS"] is False
     assert plan["moe_combine"].constexprs["PUSH"] is False
-    assert dict((p, k) for p, k, _ in plan["moe_combine"].params)["staging"] == "y"
-    l1_keys = [k for _, k, _ in plan["moe_l1_swiglu"].params]
+    assert dict(plan["moe_combine"].params)["staging"] == "y"
+    l1_keys = [k for _, k in plan["moe_l1_swiglu"].params]
     assert l1_keys[:2] == (["x_sym", "x_scale"] if precision == "fp8" else ["x", "sorted_row"])
     if precision == "bf16":
         assert plan["moe_route"].constexprs["COPY_X"] is False
@@ -191,7 +189,9 @@ def test_kernels_in_interpreter():
     """The real kernels (Triton interpreter, emulated nvshmem_ptr) at world 1, 2, 4, random + skewed, and
     skewed with L1 and L2 as one persistent launch (moe_gemms)."""
     proc = subprocess.run(
-        [sys.executable, str(TUTORIAL / "moe_cpu_sim.py"), "--world", "1", "2", "4"],
+        [sys.executable, "-m", "tutorials.megamoe.cpu_sim", "--world", "1", "2", "4"],
+        cwd=ROOT,
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -306,7 +306,7 @@ def test_fp8_config_buffers_and_validation():
         MoEConfig(4096, 192, 16, 8, 512, precision="fp8")
     with pytest.raises(ValueError, match="'bf16', 'fp8'"):
         MoEConfig(4096, 1536, 16, 8, 512, precision="fp16")
-    from megamoe import MegaMoE
+    from tutorials.megamoe import MegaMoE
 
     with pytest.raises(ValueError, match="'bf16', 'fp8'"):  # before anything needs a GPU
         MegaMoE(128, 128, 2, 1, 8, torch.empty(0), torch.empty(0), precision="e4m3")
@@ -353,9 +353,11 @@ def test_fp8_launches():
 
 def test_fp8_kernels_in_interpreter():
     """The fp8 kernels in Triton's interpreter (its float32 -> e4m3 cast replaced by torch's round to
-    nearest even, see moe_cpu_sim) at world 1, 2, 4, random + skewed, against reference_fp8."""
+    nearest even, see cpu_sim) at world 1, 2, 4, random + skewed, against reference_fp8."""
     proc = subprocess.run(
-        [sys.executable, str(TUTORIAL / "moe_cpu_sim.py"), "--precision", "fp8", "--world", "1", "2", "4"],
+        [sys.executable, "-m", "tutorials.megamoe.cpu_sim", "--precision", "fp8", "--world", "1", "2", "4"],
+        cwd=ROOT,
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -366,7 +368,7 @@ def test_fp8_kernels_in_interpreter():
 
 def test_tune_sweeps_build_valid_launches():
     """Every candidate of tune_gemms.py's sweeps is a tile set the launch builder accepts."""
-    import tune_gemms
+    from tutorials.megamoe import tune_gemms
 
     for precision, sweep in tune_gemms.SWEEPS.items():
         cfg = MoEConfig(4096, 1536, 16, 8, 512, precision=precision)
@@ -381,7 +383,7 @@ def test_tune_sweeps_build_valid_launches():
 
 
 def test_run_refuses_a_selection_that_matches_no_launch():
-    from megamoe import MegaMoE
+    from tutorials.megamoe import MegaMoE
 
     layer = MegaMoE.__new__(MegaMoE)  # run() picks launches before it touches a GPU
     layer.cfg, layer._launches = MoEConfig(128, 128, 2, 1, 64, 1, "bf16"), {}
@@ -392,7 +394,7 @@ def test_run_refuses_a_selection_that_matches_no_launch():
 
 
 def test_an_output_at_a_misaligned_address_is_refused_with_the_rule():
-    from megamoe import MegaMoE
+    from tutorials.megamoe import MegaMoE
 
     layer = MegaMoE.__new__(MegaMoE)  # the argument checks of a call need no GPU and no workspace
     layer.closed, layer.cfg = False, MoEConfig(128, 128, 2, 1, 64, 1, "bf16")

@@ -1,4 +1,4 @@
-"""Tutorial 3's distributed torch baseline (moe_ep_reference.ep_forward) on CPU, over gloo.
+"""Tutorial 3's distributed torch baseline (ep_reference.ep_forward) on CPU, over gloo.
 
 Runs the exact code the multi-GPU benchmark times (there over NCCL) in 2 and 4 processes, with
 uneven token counts per rank and skewed routing (ranks that receive no rows, zero-size exchanges),
@@ -14,13 +14,10 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import tutorial_path
 
-TUTORIAL = tutorial_path("03-megamoe")
-
-from moe_ep_reference import ep_forward  # noqa: E402
-from moe_reference import reference  # noqa: E402
-from moe_routing import route  # noqa: E402
+from tutorials.megamoe.ep_reference import ep_forward
+from tutorials.megamoe.reference import reference
+from tutorials.megamoe.routing import route
 
 # (H, I, E, top_k, tokens of rank 0 (rank r has 3r more), skewed routing, dtype, bound on the relative
 # error). float32: only summation order differs from the reference. bf16: the bound of the layer's

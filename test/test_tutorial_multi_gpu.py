@@ -1,4 +1,4 @@
-"""Multi-GPU runs on CPU: the benchmarks' goal verdicts, and the ``multi_gpu`` suite of scripts/gpu/suite.py.
+"""Multi-GPU runs on CPU: the benchmarks' goal verdicts, and the ``multi_gpu`` suite of scripts.gpu.suite.
 
 The suite runs here with fake ``nvidia-smi`` and ``python3`` on PATH (``--no-setup``): the fakes write
 the JSON the tutorials would write, built with the tutorials' own goal functions, so the test covers
@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import fake_gpu_host, load_tutorial_aot, run_suite
+from conftest import fake_gpu_host, run_suite
+
+from tutorials.allgather_gemm import benchmark as t2_benchmark
+from tutorials.allreduce_rmsnorm import benchmark as t1_benchmark
+from tutorials.megamoe import benchmark as t3_benchmark
 
 T1_SHAPES = [(t, h) for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]  # what the suite passes
 T2_SHAPES = [(1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192), (4096, 8192, 28672)]
@@ -30,7 +34,7 @@ def _t1_rows(fused_us: float, nccl_us: dict[tuple[str, int], float]) -> list[dic
 
 
 def test_t1_goal_needs_1_3x_up_to_128_tokens_and_parity_above():
-    bench = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark")
+    bench = t1_benchmark
     nccl = {(m, t): (13.0 if t <= 128 else 10.0) for m in ("graph", "eager") for t in (1, 16, 128, 1024, 4096)}
     goal = bench.goal_vs_nccl(_t1_rows(10.0, nccl))
     assert goal["met"] == {"eager": True, "graph": True} and len(goal["cases"]) == 2 * len(T1_SHAPES)
@@ -55,7 +59,7 @@ def _t2_rows(ag: float, alone: float, torch_ms: float | None, torch_name: str = 
 
 
 def test_t2_goal_against_gemm_alone_at_world_above_one():
-    bench = load_tutorial_aot("02-allgather-gemm", "benchmark")
+    bench = t2_benchmark
     met = bench.goal(_t2_rows(1.04, 1.0, 1.5), world=4)
     assert met["met"] and met["ratio_vs_gemm_alone"] == pytest.approx(1.04)
     assert met["speed_vs_torch"] == pytest.approx(1.5 / 1.04)
@@ -72,25 +76,23 @@ def test_t2_goal_against_gemm_alone_at_world_above_one():
 
 
 def test_t3_benchmark_helpers():
-    bench = load_tutorial_aot("03-megamoe", "benchmark")
-    assert {"megamoe_eager", "torch_ep_alltoall", "torch_reference_bf16"} <= set(bench.FLOP_ROWS)
+    assert {"megamoe_eager", "torch_ep_alltoall", "torch_reference_bf16"} <= set(t3_benchmark.FLOP_ROWS)
 
 
 FAKE_PYTHON = """#!{real}
 # Fake python3 for the suite test: torchrun steps write planned JSON and exit with planned codes.
 import json, os, pathlib, sys
 args = sys.argv[1:]
-if args[0].endswith("machine.py"):  # the runner's versions: the real interpreter
+if args[:2] == ["-m", "tutorials.common.run_metadata"]:  # the runner's versions: the real interpreter
     os.execv({real!r}, [{real!r}, *args])
-if args[:1] == ["-c"] or (args and args[0].endswith("aot.py")):
+if args[:1] == ["-c"] or args[1].endswith(".aot"):
     print("fake", " ".join(args)[:80])
     sys.exit(0)
-assert args[:3] == ["-m", "torch.distributed.run", "--standalone"], args
+assert args[:3] == ["-m", "torch.distributed.run", "--standalone"] and args[4] == "-m", args
 world = int(args[3].split("=")[1])
-script = pathlib.Path(args[4])
-key = script.parent.name[:2] + "/" + script.name
+key = args[5].removeprefix("tutorials.")
 plan = json.loads(pathlib.Path(os.environ["FAKE_PLAN"]).read_text())[key]
-opts = args[5:]
+opts = args[6:]
 for flag in ("--json", "--out"):
     if flag in opts:
         target = pathlib.Path(opts[opts.index(flag) + 1])
@@ -108,8 +110,7 @@ sys.exit(plan["rc"])
 def _plan() -> dict:
     """What each fake tutorial step writes and returns: T2's benchmark misses one goal (rc 2), T3's
     correctness check fails (rc 1), everything else passes."""
-    t1 = load_tutorial_aot("01-allreduce-rmsnorm", "benchmark")
-    t2 = load_tutorial_aot("02-allgather-gemm", "benchmark")
+    t1, t2 = t1_benchmark, t2_benchmark
     nccl = {(m, t): 15.0 for m in ("graph", "eager") for t in (1, 16, 128, 1024, 4096)}
     t1_rows = _t1_rows(10.0, nccl)
     t2_files = {}
@@ -121,12 +122,13 @@ def _plan() -> dict:
           "times_ms": {"megamoe_eager_ms": 0.5, "grouped_gemms_ms": 0.4, "torch_ep_alltoall_ms": 2.0},
           "tflops_per_gpu": {"megamoe_eager": 300.0, "grouped_gemms": 380.0, "torch_ep_alltoall": 75.0}}  # fmt: skip
     return {
-        "01/allreduce.py": {"rc": 0, "files": {"-": {"world": 2, "results": []}}},
-        "01/benchmark.py": {"rc": 0, "files": {"-": {"meta": {}, "rows": t1_rows, "goal": t1.goal_vs_nccl(t1_rows)}}},
-        "02/ag_gemm.py": {"rc": 0, "files": {"-": []}},
-        "02/benchmark.py": {"rc": 2, "files": t2_files},
-        "03/megamoe.py": {"rc": 1, "files": {"-": {"ok": False}}},
-        "03/benchmark.py": {"rc": 0, "files": {"tutorial3_megamoe_E128_w{world}_random_bf16.json": t3}},
+        "allreduce_rmsnorm.allreduce_rmsnorm": {"rc": 0, "files": {"-": {"world": 2, "results": []}}},
+        "allreduce_rmsnorm.benchmark": {"rc": 0, "files": {"-": {"meta": {}, "rows": t1_rows,
+                                                                 "goal": t1.goal_vs_nccl(t1_rows)}}},
+        "allgather_gemm.allgather_gemm": {"rc": 0, "files": {"-": []}},
+        "allgather_gemm.benchmark": {"rc": 2, "files": t2_files},
+        "megamoe.megamoe": {"rc": 1, "files": {"-": {"ok": False}}},
+        "megamoe.benchmark": {"rc": 0, "files": {"tutorial3_megamoe_E128_w{world}_random_bf16.json": t3}},
     }
 
 
@@ -157,8 +159,9 @@ def test_multi_gpu_suite_runs_worlds_that_fit_and_summarises(tmp_path):
     assert (t3["layer_us"], t3["baseline_us"], t3["layer_tflops_per_gpu"]) == (500.0, 2000.0, 300.0)
     assert "T3 w2: layer 500.0 us (300 TFLOP/s per GPU), torch_ep_alltoall 2000.0 us (75): 4.00x" in log
     assert "FAIL(rc=1)" in log and "GOAL_MISSED" in log
-    assert summary["worlds"] == [2] and summary["command"].startswith("python3 scripts/gpu/suite.py multi_gpu")
-    assert "allreduce.py --graph-tokens 16 4096 --push puts --tuning 8 " in log  # the variant's own check
+    assert summary["worlds"] == [2] and summary["command"].startswith("python3 -m scripts.gpu.suite multi_gpu")
+    # the variant's own check
+    assert "allreduce_rmsnorm.allreduce_rmsnorm --graph-tokens 16 4096 --push puts --tuning 8 " in log
 
 
 def test_multi_gpu_suite_refuses_a_host_with_one_gpu(tmp_path):

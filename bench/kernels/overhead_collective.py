@@ -1,11 +1,12 @@
-"""The kernel of bench/compile_overhead.py that calls an NVSHMEM collective from ``triton_raw_ext.nvshmem``:
+"""The kernel of bench.compile_overhead that calls an NVSHMEM collective from ``triton_raw_ext.nvshmem``:
 ``raw_kernel``'s work plus an int32 min-reduce over the world team (``collective_kernel``)."""
 
 import triton
 import triton.language as tl
-from overhead_raw import RAW_SIGNATURE, bench_add_one
 
 import triton_raw_ext.nvshmem as shm
+
+from .overhead_raw import RAW_SIGNATURE, bench_add_one
 
 COLLECTIVE_SIGNATURE = RAW_SIGNATURE | {"dst": "*i32", "src": "*i32", "nreduce": "i64"}
 CONSTEXPRS = {"BLOCK": 1024}

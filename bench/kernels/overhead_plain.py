@@ -1,4 +1,4 @@
-"""The baseline kernel of bench/compile_overhead.py: stock Triton only (no plugin import)."""
+"""The baseline kernel of bench.compile_overhead: stock Triton only (no plugin import)."""
 
 import triton
 import triton.language as tl

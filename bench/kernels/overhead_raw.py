@@ -1,4 +1,4 @@
-"""The kernels of bench/compile_overhead.py that call raw functions: the baseline kernel plus one raw
+"""The kernels of bench.compile_overhead that call raw functions: the baseline kernel plus one raw
 elementwise function (``raw_kernel``), and plus a raw function using NVSHMEM (``nvshmem_kernel``)."""
 
 import triton

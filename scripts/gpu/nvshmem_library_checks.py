@@ -1,4 +1,4 @@
-"""The checks of scripts/gpu/nvshmem_library_suite.py: kernels calling triton_raw_ext.nvshmem, run by every PE.
+"""The checks of scripts.gpu.nvshmem_library_suite: kernels calling triton_raw_ext.nvshmem, run by every PE.
 
 Each family's check (:data:`FAMILIES`) runs its calls between PEs of one world and yields one
 ``(label, error or None)`` per case, ``label`` naming the call. Every PE runs the same checks in

@@ -2,13 +2,13 @@
 
 Run from the repository root with the package importable (``source scripts/gpu/setup.sh`` does it)::
 
-    python3 scripts/gpu/nvshmem_library_suite.py [--worlds 2 4] [--families query rma ...]
+    python3 -m scripts.gpu.nvshmem_library_suite [--worlds 2 4] [--families query rma ...]
 
 Without a CUDA GPU it writes a JSON result saying so and exits 0. Otherwise it starts MPS (unless it
 runs; stopped again at the end), builds the library's `.cu` files and the objects of the collectives
 the checks call in parallel processes (so the PEs do not each wait for ptxas), then for each world
 size runs ``torchrun --standalone --nproc-per-node=N`` with ``TRITON_RAW_SHARED_GPU=1`` (every PE on
-GPU 0, gloo). Each PE runs the checks of scripts/gpu/nvshmem_library_checks.py and writes its
+GPU 0, gloo). Each PE runs the checks of scripts.gpu.nvshmem_library_checks and writes its
 results after every case, so a run stopped at its time limit still shows where each PE was. Writes
 ``nvshmem_library_suite.json`` (date, GPU, versions, command, per-world and per-case results,
 timings) to $OUT, else bench/results/<UTC stamp>-nvshmem-library/, after every world. Exit status 0
@@ -29,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tutorials.common.run_metadata import run_metadata
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 SAFE_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 FAMILY_NAMES = ("query", "rma", "signal", "wait", "fence_quiet", "barrier_sync", "broadcast", "alltoall", "fcollect",
                 "reduce_and", "reduce_or", "reduce_xor", "reduce_min", "reduce_max", "reduce_sum", "reduce_prod",
@@ -45,10 +46,11 @@ KERNEL_SHARDS = 8  # processes sharing one family's check kernels at least (the 
 
 
 def worker(families: list[str], results: Path) -> None:
-    import nvshmem_library_checks as checks
     import torch
 
     from triton_raw_ext import runtime
+
+    from . import nvshmem_library_checks as checks
 
     runtime.init()
     pes = checks.Pes(runtime.my_pe(), runtime.n_pes())
@@ -97,7 +99,7 @@ def _build(job: tuple[str, str, int]) -> tuple[str, float, str | None]:
 
 def _compile_checks(job: tuple[str, int, int]) -> tuple[str, float, str | None]:
     """Compile shard ``shard`` of ``shards`` of one family's check kernels into Triton's cache."""
-    import nvshmem_library_checks as checks
+    from . import nvshmem_library_checks as checks
 
     family, shard, shards = job
     os.environ.update(SAFE_ENV, TRITON_RAW_SHARED_GPU="1")
@@ -111,10 +113,10 @@ def prebuild(families: list[str], arch: int) -> dict:
     """The library's `.cu` files, the collectives' objects, then the check kernels, in parallel processes
     (spawned: this process has started CUDA), so the PEs find everything in the caches instead of each
     compiling the same kernels one after another."""
-    from nvshmem_library_checks import collectives_used
-
     import triton_raw_ext.nvshmem as shm
     from triton_raw_ext.toolchain import usable_nvlink
+
+    from .nvshmem_library_checks import collectives_used
 
     start = time.perf_counter()
     workers = max(1, (os.cpu_count() or 2) - 1)
@@ -141,7 +143,7 @@ def run_world(world: int, families: list[str], timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"nvshmem-library-w{world}-") as tmp:
         env = dict(os.environ, **SAFE_ENV, TRITON_RAW_SHARED_GPU="1", TRITON_RAW_FINALIZE_TIMEOUT_S="60")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               __file__, "--worker", "--results", tmp, "--families", *families]
+               "-m", __spec__.name, "--worker", "--results", tmp, "--families", *families]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -208,15 +210,12 @@ def main() -> int:
     if args.worker:
         worker(args.families, args.results)
         return 0
-    import machine
-
     started = datetime.datetime.now(datetime.timezone.utc)
     out = Path(os.environ.get("OUT") or ROOT / "bench" / "results" / f"{started:%Y%m%dT%H%M%SZ}-nvshmem-library")
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULT_FILE
     gpu, arch, missing = _gpu()
-    report: dict = {"date": started.isoformat(timespec="seconds"), "command": " ".join([sys.executable, *sys.argv]),
-                    "gpus": machine.gpus(), "versions": machine.versions(), "worlds": [], "passed": False}
+    report: dict = {**run_metadata(), "worlds": [], "passed": False}
     if missing is not None:
         report |= {"skipped": missing, "passed": None}
         path.write_text(json.dumps(report, indent=1))

@@ -1,11 +1,12 @@
 """NVSHMEM ring through a raw CUDA function, at world size 1 and with N PEs sharing one GPU.
 
-Usage: ``python scripts/gpu/nvshmem_ring.py --world 1 2 --steps 20 --out DIR``. For each world
-size it starts that many processes (gloo for torch.distributed, ``TRITON_RAW_SHARED_GPU=1`` so all
-PEs sit on GPU 0), each running test/kernels' ``ring_kernel`` for ``--steps`` steps: PE p sends a
-block to PE p+1 with put-with-signal, waits for its own signal, checks what arrived from p-1, the
-value nvshmem_int_p delivered, and that nvshmem_ptr reaches the peer. Every process has a timeout.
-Writes JSON (date, GPU, versions, command, per-world results and step latency medians).
+Usage: ``python -m scripts.gpu.nvshmem_ring --world 1 2 --steps 20 --out DIR`` (repository root).
+For each world size it starts that many processes (gloo for torch.distributed,
+``TRITON_RAW_SHARED_GPU=1`` so all PEs sit on GPU 0), each running
+``examples.kernels.raw_kernels.ring_kernel`` for ``--steps`` steps: PE p sends a block to PE p+1
+with put-with-signal, waits for its own signal, checks what arrived from p-1, the value
+nvshmem_int_p delivered, and that nvshmem_ptr reaches the peer. Every process has a timeout.
+Writes JSON (the run's metadata, per-world results and step latency medians).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from tutorials.common.run_metadata import run_metadata
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,9 +30,7 @@ def worker(steps: int, block: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    sys.path.insert(0, str(ROOT / "test"))
-    from kernels.raw_kernels import ring_kernel
-
+    from examples.kernels.raw_kernels import ring_kernel
     from triton_raw_ext import runtime
 
     dist.init_process_group("gloo")
@@ -80,7 +81,7 @@ def run_world(world: int, steps: int, block: int, timeout_s: float) -> dict:
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRITON_RAW_SHARED_GPU": "1"}
-        cmd = [sys.executable, __file__, "--worker", "--steps", str(steps), "--block", str(block)]
+        cmd = [sys.executable, "-m", __spec__.name, "--worker", "--steps", str(steps), "--block", str(block)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     deadline = time.time() + timeout_s
     ranks = []
@@ -112,16 +113,10 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.steps, args.block)))
         return
-    import torch
-    import triton
-
     results = [run_world(w, args.steps, args.block, args.timeout) for w in args.world]
     record = {
         "benchmark": "nvshmem_ring",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(),
-        "versions": {"torch": torch.__version__, "triton": triton.__version__},
-        "command": " ".join([sys.executable, *sys.argv]),
+        **run_metadata(),
         "note": "several PEs share one GPU (shared-GPU mode): correctness only, timings say nothing "
                 "about multi-GPU performance",
         "results": results,

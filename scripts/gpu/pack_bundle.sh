@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pack a Triton wheel or an NVSHMEM installation into a bundle for `scripts/gpu/suite.py --triton-bundle`
+# Pack a Triton wheel or an NVSHMEM installation into a bundle for `python3 -m scripts.gpu.suite --triton-bundle`
 # / `--nvshmem-bundle` (any suite, or `exec -- COMMAND`), small enough to carry to the GPU machine
 # (64 MiB per call): Triton without the AMD backend's libraries and headers (its Python, which Triton
 # imports, stays), CUPTI, the

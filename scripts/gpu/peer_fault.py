@@ -3,7 +3,8 @@
 It is the ``faults`` suite's step; the suite runner installs the plugin, sets NVLink multicast off and
 starts MPS, as for the tutorial suites::
 
-    python3 scripts/gpu/suite.py faults        # runs: peer_fault.py OUT_DIR [--tutorials 1 3 2] [--bound-s 5]
+    python3 -m scripts.gpu.suite faults   # runs: python3 -m scripts.gpu.peer_fault OUT_DIR [--tutorials 1 3 2]
+                                          #       [--bound-s 5]
 
 For each tutorial, torchrun starts 2 PEs sharing GPU 0 (``TRITON_RAW_SHARED_GPU=1``) with
 ``TRITON_RAW_WAIT_TIMEOUT_S`` set to the bound. Both PEs make one call of the tutorial's operator and
@@ -15,7 +16,7 @@ PE is on another host. Checks per tutorial: the job's output holds exactly one r
 whole job ends before its step limit. Then a small Tutorial 1 check at world 1 must pass on the same
 GPU. Every step runs under a limit, the whole run within ``--budget-s``.
 
-Writes ``peer_fault.json`` (date, command, per-step results and output tails) to
+Writes ``peer_fault.json`` (the run's metadata, per-step results and output tails) to
 OUT_DIR and exits 0 when every check passed. Without a GPU it writes a skipped result and exits 0.
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import json
 import os
 import re
@@ -33,8 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+from tutorials.common.run_metadata import run_metadata
+
 ROOT = Path(__file__).resolve().parents[2]
-TUTORIALS = ROOT / "tutorials"
 SLACK_S = 15.0  # after the bound: the report, the trap, the host seeing the error
 STEP_LIMITS_S = {"1": 200.0, "3": 240.0, "2": 200.0, "next_job": 150.0}  # compiles included
 # The line <triton_raw/bounded_wait.h> prints when a wait expires.
@@ -53,9 +54,8 @@ RESULT_TAG = "PEER_FAULT_RESULT "
 def _t1_call():  # -> Callable[[], None]: one AllReduceRMSNorm call of 16 rows (collective)
     import torch
 
-    sys.path.insert(0, str(TUTORIALS / "01-allreduce-rmsnorm"))
-    from allreduce import AllReduceRMSNorm
-    from arn_reference import make_inputs
+    from tutorials.allreduce_rmsnorm import AllReduceRMSNorm
+    from tutorials.allreduce_rmsnorm.reference import make_inputs
 
     op = AllReduceRMSNorm(hidden=2048, dtype=torch.bfloat16, max_tokens=16)
     x, residual, weight = make_inputs(1, op.rank, 16, 2048, torch.bfloat16, op.device)
@@ -65,10 +65,8 @@ def _t1_call():  # -> Callable[[], None]: one AllReduceRMSNorm call of 16 rows (
 def _t3_call():  # -> Callable[[], None]: one MegaMoE call of 64 tokens, 2 experts (collective)
     import torch
 
-    sys.path.insert(0, str(TUTORIALS / "03-megamoe"))
-    from megamoe import MegaMoE, make_inputs, make_weights
-
     from triton_raw_ext import runtime
+    from tutorials.megamoe.megamoe import MegaMoE, make_inputs, make_weights
 
     me = runtime.my_pe()
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -81,8 +79,7 @@ def _t3_call():  # -> Callable[[], None]: one MegaMoE call of 64 tokens, 2 exper
 def _t2_call():  # -> Callable[[], None]: one AllGatherGEMM call, 128 rows per rank (collective)
     import torch
 
-    sys.path.insert(0, str(TUTORIALS / "02-allgather-gemm"))
-    from ag_gemm import AllGatherGEMM
+    from tutorials.allgather_gemm import AllGatherGEMM
 
     op = AllGatherGEMM(128, 256, 256, torch.bfloat16)
     a = torch.randn(128, 256, device=op.device).to(torch.bfloat16)
@@ -147,7 +144,7 @@ def _run(command: list[str], env: dict[str, str], limit_s: float) -> dict:
 
 def check_fault(tutorial: str, bound_s: float, limit_s: float, env: dict[str, str]) -> dict:
     """Run the fault of ``tutorial`` under torchrun and judge it (see the module docstring)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", __spec__.name,
                "--worker", tutorial]  # fmt: skip
     run = _run(command, env, limit_s)
     out = run.pop("output")
@@ -170,7 +167,7 @@ def check_fault(tutorial: str, bound_s: float, limit_s: float, env: dict[str, st
 
 def check_next_job(limit_s: float, env: dict[str, str]) -> dict:
     """A small Tutorial 1 correctness check at world 1, after the faults, on the same GPU."""
-    command = [sys.executable, str(TUTORIALS / "01-allreduce-rmsnorm" / "allreduce.py"), "--tokens", "1", "16",
+    command = [sys.executable, "-m", "tutorials.allreduce_rmsnorm.allreduce_rmsnorm", "--tokens", "1", "16",
                "--hidden", "2048", "--dtypes", "bf16"]  # fmt: skip
     world_one = {k: v for k, v in env.items() if k not in ("TRITON_RAW_SHARED_GPU", "WORLD_SIZE")}
     run = _run(command, world_one, limit_s)
@@ -191,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "peer_fault.json"
     doc: dict = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([sys.executable, *sys.argv]),
+        **run_metadata(),
         "bound_s": args.bound_s,
         "steps": [],
     }

@@ -3,7 +3,7 @@
 Run through the suite runner, which installs the package, sets the NVLink-multicast-off variables
 and starts MPS (PEs sharing one GPU need it):
 
-    python3 scripts/gpu/suite.py runtime
+    python3 -m scripts.gpu.suite runtime
 
 For world sizes 1, 2 and 4 it runs PEs as subprocesses (gloo + TRITON_RAW_SHARED_GPU=1) that check:
 init, put/get and put-with-signal + wait from kernels (raw NVSHMEM), barrier, peer() views, peer()
@@ -15,7 +15,7 @@ error in bounded time, and allocations while a peer's stream barrier still runs 
 GPU on a host with two or more GPUs, where NVSHMEM's barriers run on the device, and there first,
 without MPS: the runner runs ``--stages alloc_skew`` and ``--skip alloc_skew`` as two steps; else
 sharing the GPU). Every subprocess has a timeout, so the suite cannot hang. Prints a PASS/FAIL table
-as it goes and writes JSON (date, GPU, versions, command, per-check results and timings) to ``--out``
+as it goes and writes JSON (the run's metadata, per-check results and timings) to ``--out``
 after every stage. Exit status: 0 when every check passed.
 """
 
@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tutorials.common.run_metadata import run_metadata
 
 WORLD_SIZES = (1, 2, 4)
 CYCLES = int(os.environ.get("RUNTIME_SUITE_CYCLES", "20"))
@@ -107,7 +108,6 @@ def worker_core() -> dict:
         return results
     me, n = runtime.my_pe(), runtime.n_pes()
     right, left = (me + 1) % n, (me - 1) % n
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test"))
 
     def identity() -> None:
         assert me == int(os.environ.get("RANK", "0")), (me, os.environ.get("RANK"))
@@ -126,8 +126,8 @@ def worker_core() -> dict:
         torch.cuda.synchronize()
 
     def put_get() -> None:
-        """Put to and get from the next PE from a kernel (raw NVSHMEM, test/kernels/shmem-device.cu)."""
-        from kernels.raw_kernels import put_get_kernel
+        """Put to and get from the next PE from a kernel (raw NVSHMEM, examples/kernels/shmem-device.cu)."""
+        from examples.kernels.raw_kernels import put_get_kernel
 
         block = 1024
         buf = runtime.zeros(2 * block, torch.int32)
@@ -142,8 +142,8 @@ def worker_core() -> dict:
         assert torch.equal(got, ramp + 1000 * right), got[:4].tolist()
 
     def signal_wait() -> None:
-        """Put-with-signal and wait from a kernel (raw NVSHMEM functions, test/kernels/shmem-device.cu)."""
-        from kernels.raw_kernels import ring_kernel
+        """Put-with-signal and wait from a kernel (raw NVSHMEM, examples/kernels/shmem-device.cu)."""
+        from examples.kernels.raw_kernels import ring_kernel
 
         block = 256
         buf = runtime.zeros(2 * block, torch.int32)
@@ -382,7 +382,7 @@ def run_world(kind: str, world: int, timeout_s: float, shared_gpu: bool = True) 
     for rank in range(world):
         procs.append(
             subprocess.Popen(
-                [sys.executable, __file__, "--worker", kind],
+                [sys.executable, "-m", __spec__.name, "--worker", kind],
                 env=worker_env(rank, world, port, shared_gpu),
                 text=True,
                 stdout=subprocess.PIPE,
@@ -500,13 +500,10 @@ def stages(gpus: int) -> list[Stage]:
 
 
 def _environment() -> dict:
-    info: dict = {"python": platform.python_version()}
-    probe = (
-        "import json, torch, triton; from triton_raw_ext.nvshmem_install import find_nvshmem; "
-        "print(json.dumps({'gpu': torch.cuda.get_device_name(0), 'gpus': torch.cuda.device_count(), "
-        "'torch': torch.__version__, "
-        "'triton': triton.__version__, 'nvshmem': find_nvshmem().version_str}))"
-    )
+    """What the checks depend on besides the run's metadata: how many GPUs CUDA shows (asked in a child
+    process, so that this one, which starts the PEs, does not initialise CUDA) and nvcc's release."""
+    info: dict = {}
+    probe = "import json, torch; print(json.dumps({'gpus': torch.cuda.device_count()}))"
     try:
         proc = subprocess.run(
             [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
@@ -530,11 +527,7 @@ def main() -> int:
     choice.add_argument("--skip", nargs="+", default=[], help="run every stage but these")
     args = parser.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
-    report: dict = {
-        "date": started.isoformat(),
-        "command": " ".join([sys.executable, *sys.argv]),
-        "environment": _environment(),
-    }
+    report: dict = {**run_metadata(), "environment": _environment()}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"runtime_suite-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     checks: list[dict] = []

@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu/suite.py on the GPU machine (repo root): installs the plugin into /tmp/site and
+# Sourced by scripts.gpu.suite on the GPU machine (repo root): installs the plugin into /tmp/site and
 # provides clang from the Debian packages carried in .debs/ (the machine has no clang and no registry
 # access). The variables every step needs besides (NVLink multicast off, ...) are set by suite.py.
 set -euo pipefail
@@ -25,7 +25,8 @@ if [ ! -d /tmp/site/triton_raw_ext ] || [ "$(cat /tmp/site/.trx_sources 2>/dev/n
     || { cat /tmp/pip.log; exit 1; }
   echo "$stamp" >/tmp/site/.trx_sources
 fi
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 # The checkout's triton_raw_ext/ must not shadow that install, which maps passes/ and runtime/ into the
-# package: no current folder on sys.path for `python3 -m`/`-c` (scripts put the folders they need there).
+# package: no current folder on sys.path for `python3 -m`/`-c`, and the checkout's root after the install
+# on PYTHONPATH, where `python3 -m` finds the repository's packages (tutorials, scripts, examples, bench).
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 export PYTHONSAFEPATH=1

@@ -2,8 +2,8 @@
 
 Usage, from the repository root of the GPU machine (carry .debs/ when it has no clang)::
 
-    python3 scripts/gpu/suite.py SUITE [--out DIR] [--budget S] [--max-step-s S]
-    python3 scripts/gpu/suite.py exec [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
+    python3 -m scripts.gpu.suite SUITE [--out DIR] [--budget S] [--max-step-s S]
+    python3 -m scripts.gpu.suite exec [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
 
 SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, faults, nvshmem, multi_gpu, all);
 ``exec`` runs one command as a one-step suite. Before the steps, ``scripts/gpu/setup.sh`` installs the
@@ -19,8 +19,9 @@ installed one for every step.
 
 Results go to ``--out`` (default ``$OUT``, else ``bench/results/<date>-<N>x<GPU>-<suite>/``): one
 ``<step>.log`` and one ``<step>/`` folder (the files the step wrote) per step, and ``<suite>.json``:
-date, GPUs, versions (``machine.py``), command, budget, every step's result, seconds, limit and the
-JSON it wrote, and what the suite's report read back. Exit status 0 when every required step passed
+the run's metadata (``tutorials.common.run_metadata``: date, command, GPUs, the versions the steps
+see), budget, every step's result, seconds, limit and the JSON it wrote, and what the suite's report
+read back. Exit status 0 when every required step passed
 (GOAL_MISSED counts as passed: the benchmark ran).
 """
 
@@ -41,8 +42,9 @@ import tarfile
 import time
 from pathlib import Path
 
-import machine
-from suites import SUITES, Step, Suite
+from tutorials.common import run_metadata
+
+from .suites import SUITES, Step, Suite
 
 ROOT = Path(__file__).resolve().parents[2]
 MULTICAST_OFF = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[argv.index("--") + 1 :] if "--" in argv else []  # exec's command
     args = parser.parse_args(argv[: len(argv) - len(command) - (1 if "--" in argv else 0)])
     started = time.monotonic()
-    gpus = machine.gpus()
+    gpus = run_metadata.gpus()
     if args.suite == "exec":
         if not command:
             parser.error("exec needs a command after --")
@@ -319,15 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         runner.mps.want(False)
     results = {r["step"]: r for r in runner.results}
     lines, extra = _reports(suite, out, results)
-    stack = subprocess.run(["python3", str(Path(__file__).with_name("machine.py"))], env={**env, **STEP_ENV},
+    stack = subprocess.run(["python3", "-m", "tutorials.common.run_metadata"], env={**env, **STEP_ENV},
                            capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     try:
         versions = json.loads(stack.stdout.splitlines()[-1])
     except (ValueError, IndexError):
         versions = {"error": stack.stderr[-2000:]}
     total = round(time.monotonic() - started)
-    doc = {"suite": suite.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "gpus": gpus, "versions": versions, "command": shlex.join(["python3", "scripts/gpu/suite.py", *argv]),
+    doc = {"suite": suite.name, **run_metadata.run_metadata(["python3", "-m", "scripts.gpu.suite", *argv], versions),
            "budget_s": budget, "total_s": total, "env": {**STEP_ENV, **suite.env},
            "bundles": {"triton": str(args.triton_bundle or ""), "nvshmem": str(args.nvshmem_bundle or "")},
            "steps": runner.results, **extra}  # fmt: skip

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-T1 = "tutorials/01-allreduce-rmsnorm"
-T2 = "tutorials/02-allgather-gemm"
-T3 = "tutorials/03-megamoe"
+T1 = "tutorials.allreduce_rmsnorm"
+T2 = "tutorials.allgather_gemm"
+T3 = "tutorials.megamoe"
 TORCHRUN = ("python3", "-m", "torch.distributed.run")
 TOOLCHAIN = """
 import torch, triton
@@ -67,9 +67,10 @@ def _load(path: Path):
         return None
 
 
-def _torchrun(world: int, script: str, *args: str, standalone: bool = True) -> tuple[str, ...]:
+def _torchrun(world: int, module: str, *args: str, standalone: bool = True) -> tuple[str, ...]:
+    """torchrun of ``world`` workers, each running ``python -m module args``."""
     launch = (*TORCHRUN, "--standalone") if standalone else TORCHRUN
-    return (*launch, f"--nproc_per_node={world}", script, *args)
+    return (*launch, f"--nproc_per_node={world}", "-m", module, *args)
 
 
 def core(gpus: int) -> Suite:
@@ -77,9 +78,11 @@ def core(gpus: int) -> Suite:
     and 4 PEs on GPU 0."""
     return Suite("core", [
         Step("doctor", ("triton-raw", "doctor"), 60, required=False),
-        Step("pytest", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test/test_gpu_core.py"), 240),
-        Step("bandwidth", ("python3", "bench/elementwise_bandwidth.py", "--out", "{dir}"), 120),
-        Step("ring", ("python3", "scripts/gpu/nvshmem_ring.py", "--world", "1", "2", "4", "--steps", "20",
+        # -o pythonpath=: the checkout's root stays behind the installed plugin on sys.path (setup.sh)
+        Step("pytest", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "pythonpath=",
+                        "test/test_gpu_core.py"), 240),
+        Step("bandwidth", ("python3", "-m", "bench.elementwise_bandwidth", "--out", "{dir}"), 120),
+        Step("ring", ("python3", "-m", "scripts.gpu.nvshmem_ring", "--world", "1", "2", "4", "--steps", "20",
                       "--out", "{dir}"), 400, shared_gpu=True),
     ], budget_s=540)  # fmt: skip
 
@@ -88,7 +91,7 @@ def runtime(gpus: int, cycles: str | None = None, core_timeout_s: str | None = N
     """triton_raw_ext.runtime with several PEs on GPU 0; on a host with two GPUs or more the
     allocation-skew check runs first, one PE per GPU and without MPS (runtime_suite.stages)."""
     env = {k: v for k, v in (("RUNTIME_SUITE_CYCLES", cycles), ("RUNTIME_SUITE_CORE_TIMEOUT_S", core_timeout_s)) if v}
-    script = ("python3", "scripts/gpu/runtime_suite.py", "--out", "{dir}")
+    script = ("python3", "-m", "scripts.gpu.runtime_suite", "--out", "{dir}")
     if gpus >= 2:
         steps = [Step("alloc_skew", (*script, "--stages", "alloc_skew"), 150),
                  Step("checks", (*script, "--skip", "alloc_skew"), 480, shared_gpu=True, env=env)]  # fmt: skip
@@ -122,7 +125,7 @@ def _t1_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
 def t1(gpus: int) -> Suite:
     """Tutorial 1 on one GPU: compile every variant, the shape table and the benchmark at world 1, then
     2 and 4 PEs sharing the GPU; with several GPUs also the check and benchmark one PE per GPU."""
-    warm = ("python3", f"{T1}/aot.py", "--warm", "2048", "4096", "7168", "8192", "--worlds", "1", "2", "4",
+    warm = ("python3", "-m", f"{T1}.aot", "--warm", "2048", "4096", "7168", "8192", "--worlds", "1", "2", "4",
             "--jobs", "12")  # fmt: skip
     twoshot = ("--algorithm", "twoshot", "--tokens", "1", "64", "1024", "4096", "--hidden", "2048", "7168",
                "--graph-tokens", "1024")  # fmt: skip
@@ -130,24 +133,24 @@ def t1(gpus: int) -> Suite:
     steps = [
         Step("toolchain", ("python3", "-c", TOOLCHAIN), 60),
         Step("compile", warm, 120),
-        Step("correct_w1", ("python3", f"{T1}/allreduce.py", "--graph-tokens", "1", "128", "4096",
+        Step("correct_w1", ("python3", "-m", f"{T1}.allreduce_rmsnorm", "--graph-tokens", "1", "128", "4096",
                             "--json", "{dir}/correct.json"), 90),
-        Step("bench_w1", ("python3", f"{T1}/benchmark.py", "--shapes", "4096x8192", "128x8192", "64x8192",
+        Step("bench_w1", ("python3", "-m", f"{T1}.benchmark", "--shapes", "4096x8192", "128x8192", "64x8192",
                           "16x8192", "1x8192", "--json", "{dir}/bench.json"), 110),
-        Step("correct_w2", _torchrun(2, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+        Step("correct_w2", _torchrun(2, f"{T1}.allreduce_rmsnorm", "--graph-tokens", "16", "4096",
                                      "--json", "{dir}/correct.json"), 75, shared_gpu=True, env=shared),
-        Step("correct_w2_twoshot", _torchrun(2, f"{T1}/allreduce.py", *twoshot, "--json", "{dir}/correct.json"),
+        Step("correct_w2_twoshot", _torchrun(2, f"{T1}.allreduce_rmsnorm", *twoshot, "--json", "{dir}/correct.json"),
              45, shared_gpu=True, env=shared),
-        Step("correct_w2_twoshot_puts", _torchrun(2, f"{T1}/allreduce.py", *twoshot, "--push", "puts",
+        Step("correct_w2_twoshot_puts", _torchrun(2, f"{T1}.allreduce_rmsnorm", *twoshot, "--push", "puts",
                                                   "--json", "{dir}/correct.json"), 45, shared_gpu=True, env=shared),
-        Step("correct_w4", _torchrun(4, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+        Step("correct_w4", _torchrun(4, f"{T1}.allreduce_rmsnorm", "--graph-tokens", "16", "4096",
                                      "--json", "{dir}/correct.json"), 90, shared_gpu=True, env=shared),
     ]  # fmt: skip
     if gpus > 1:
         steps += [
-            Step(f"correct_w{gpus}_per_gpu", _torchrun(gpus, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
+            Step(f"correct_w{gpus}_per_gpu", _torchrun(gpus, f"{T1}.allreduce_rmsnorm", "--graph-tokens", "16", "4096",
                                                        "--json", "{dir}/correct.json"), 120),
-            Step(f"bench_w{gpus}_per_gpu", _torchrun(gpus, f"{T1}/benchmark.py", "--json", "{dir}/bench.json"), 150),
+            Step(f"bench_w{gpus}_per_gpu", _torchrun(gpus, f"{T1}.benchmark", "--json", "{dir}/bench.json"), 150),
         ]  # fmt: skip
     return Suite("t1", steps, budget_s=345 if gpus == 1 else 540, env={"NVSHMEM_SYMMETRIC_SIZE": "4G"},
                  report=_t1_goals)  # fmt: skip
@@ -162,12 +165,12 @@ def t1_sweep(gpus: int) -> Suite:
         raise SystemExit('t1_sweep: set VARIANTS, e.g. VARIANTS="stores:2 puts:2"')
     world = int(os.environ.get("W", "2"))
     shapes = os.environ.get("SHAPES", "1x2048 128x2048 1024x2048 4096x2048 1x8192 128x8192 1024x8192 4096x8192")
-    steps = [Step("sweep", _torchrun(world, f"{T1}/benchmark.py", "--mode", "graph", "--shapes", *shapes.split(),
+    steps = [Step("sweep", _torchrun(world, f"{T1}.benchmark", "--mode", "graph", "--shapes", *shapes.split(),
                                      "--variants", *variants, "--json", "{dir}/sweep.json"), 420)]  # fmt: skip
     for v in variants:
         push, _, tuning = v.partition(":")
         steps.append(Step(f"correct_{v.replace(':', '_')}", _torchrun(
-            world, f"{T1}/allreduce.py", "--tokens", "1", "128", "1024", "4096", "--hidden", "2048", "8192",
+            world, f"{T1}.allreduce_rmsnorm", "--tokens", "1", "128", "1024", "4096", "--hidden", "2048", "8192",
             "--dtypes", "bf16", "--graph-tokens", "4096", "--push", push, "--tuning", tuning,
             "--json", "{dir}/correct.json"), 90))  # fmt: skip
 
@@ -190,11 +193,11 @@ def t2(gpus: int) -> Suite:
     shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",
               "NVSHMEM_SYMMETRIC_SIZE": "3G"}  # 2*world*m*k*2 bytes: 1.9 GB at world 4, k=28672  # fmt: skip
     return Suite("t2", [
-        Step("w1_correct", ("python3", f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"), 110),
-        Step("bench_w1", ("python3", f"{T2}/benchmark.py", "--configs", "all", "--out", "{dir}"), 110),
-        Step("w2_shared", _torchrun(2, f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"), 150, shared_gpu=True,
+        Step("w1_correct", ("python3", "-m", f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 110),
+        Step("bench_w1", ("python3", "-m", f"{T2}.benchmark", "--configs", "all", "--out", "{dir}"), 110),
+        Step("w2_shared", _torchrun(2, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 150, shared_gpu=True,
              env=shared),
-        Step("w4_shared", _torchrun(4, f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"), 180, shared_gpu=True,
+        Step("w4_shared", _torchrun(4, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 180, shared_gpu=True,
              env=shared),
     ], budget_s=480)  # fmt: skip
 
@@ -203,22 +206,22 @@ def t3(gpus: int) -> Suite:
     """Tutorial 3 on one GPU: correctness at world 1 (small shapes, the production per-rank load, all 128
     experts local), L1 and L2 as one persistent launch, the benchmark, the same in FP8, then 2 and 4 PEs
     sharing the GPU at small shapes and the production shape (2 PEs also in FP8)."""
-    megamoe = ("python3", f"{T3}/megamoe.py")
+    megamoe = ("python3", "-m", f"{T3}.megamoe")
     big = {"NVSHMEM_SYMMETRIC_SIZE": "2G"}
     return Suite("t3", [
         Step("w1_small", (*megamoe, "--cases", "small", "--json", "{dir}/correct.json"), 75),
         Step("w1_production", (*megamoe, "--cases", "equiv", "prod", "--json", "{dir}/correct.json"), 80),
         Step("w1_persistent_gemms", (*megamoe, "--persistent-gemms", "--cases", "small", "prod", "--routing",
                                      "skewed", "random", "--iters", "3", "--json", "{dir}/correct.json"), 80),
-        Step("benchmark_w1", ("python3", f"{T3}/benchmark.py", "--out", "{dir}"), 55),
+        Step("benchmark_w1", ("python3", "-m", f"{T3}.benchmark", "--out", "{dir}"), 55),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "--json", "{dir}/correct.json"),
              75),
-        Step("benchmark_w1_fp8", ("python3", f"{T3}/benchmark.py", "--precision", "fp8", "--out", "{dir}"), 50),
-        Step("w2_shared_gpu_mps", _torchrun(2, f"{T3}/megamoe.py", "--cases", "small", "prod", "--json",
+        Step("benchmark_w1_fp8", ("python3", "-m", f"{T3}.benchmark", "--precision", "fp8", "--out", "{dir}"), 50),
+        Step("w2_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", "--cases", "small", "prod", "--json",
                                             "{dir}/correct.json", standalone=False), 110, shared_gpu=True, env=big),
-        Step("w4_shared_gpu_mps", _torchrun(4, f"{T3}/megamoe.py", "--cases", "small", "prod", "--json",
+        Step("w4_shared_gpu_mps", _torchrun(4, f"{T3}.megamoe", "--cases", "small", "prod", "--json",
                                             "{dir}/correct.json", standalone=False), 140, shared_gpu=True, env=big),
-        Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}/megamoe.py", "--precision", "fp8", "--cases", "small",
+        Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", "--precision", "fp8", "--cases", "small",
                                                 "--json", "{dir}/correct.json", standalone=False), 75,
              shared_gpu=True),
     ], budget_s=540)  # fmt: skip
@@ -227,8 +230,8 @@ def t3(gpus: int) -> Suite:
 def t3_tune(gpus: int) -> Suite:
     """Tutorial 3's grouped-GEMM tile sweeps at the production per-rank load, bf16 and fp8."""
     return Suite("t3_tune", [
-        Step("tune_bf16", ("python3", f"{T3}/tune_gemms.py", "--out", "{dir}"), 90),
-        Step("tune_fp8", ("python3", f"{T3}/tune_gemms.py", "--precision", "fp8", "--out", "{dir}"), 80),
+        Step("tune_bf16", ("python3", "-m", f"{T3}.tune_gemms", "--out", "{dir}"), 90),
+        Step("tune_fp8", ("python3", "-m", f"{T3}.tune_gemms", "--precision", "fp8", "--out", "{dir}"), 80),
     ], budget_s=200)  # fmt: skip
 
 
@@ -236,7 +239,7 @@ def faults(gpus: int) -> Suite:
     """A PE that dies mid-call ends its peer's bounded wait with a report, for Tutorials 1, 3 and 2 with
     2 PEs sharing GPU 0, and the next job on the GPU runs (peer_fault.py judges each)."""
     return Suite("faults", [
-        Step("peer_fault", ("python3", "scripts/gpu/peer_fault.py", "{dir}", "--budget-s", "500"), 520,
+        Step("peer_fault", ("python3", "-m", "scripts.gpu.peer_fault", "{dir}", "--budget-s", "500"), 520,
              shared_gpu=True),
     ], budget_s=540)  # fmt: skip
 
@@ -245,10 +248,10 @@ def nvshmem(gpus: int) -> Suite:
     """triton_raw_ext.nvshmem: every call family at 2 and 4 PEs sharing GPU 0
     (nvshmem_library_suite.py judges each case), then the ring all-gather example at 2 and 4 PEs."""
     return Suite("nvshmem", [
-        Step("library", ("env", "OUT={dir}", "python3", "scripts/gpu/nvshmem_library_suite.py"), 420,
+        Step("library", ("env", "OUT={dir}", "python3", "-m", "scripts.gpu.nvshmem_library_suite"), 420,
              shared_gpu=True),
-        Step("ring_allgather_w2", _torchrun(2, "examples/ring_allgather.py"), 60, shared_gpu=True),
-        Step("ring_allgather_w4", _torchrun(4, "examples/ring_allgather.py"), 60, shared_gpu=True),
+        Step("ring_allgather_w2", _torchrun(2, "examples.ring_allgather"), 60, shared_gpu=True),
+        Step("ring_allgather_w4", _torchrun(4, "examples.ring_allgather"), 60, shared_gpu=True),
     ], budget_s=540)  # fmt: skip
 
 
@@ -283,30 +286,30 @@ def multi_gpu(gpus: int) -> Suite:
     t1_shapes = [f"{t}x{h}" for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]
     steps = [Step("toolchain", ("python3", "-c", TOOLCHAIN), 60)]
     if "1" in wanted:
-        steps.append(Step("t1_compile", ("python3", f"{T1}/aot.py", "--warm", "2048", "4096", "7168", "8192",
+        steps.append(Step("t1_compile", ("python3", "-m", f"{T1}.aot", "--warm", "2048", "4096", "7168", "8192",
                                          "--worlds", *map(str, worlds), "--jobs", "16"), 120))  # fmt: skip
     for w in worlds:
         if "1" in wanted:
-            steps.append(Step(f"t1_correct_w{w}", _torchrun(w, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096",
-                                                            "--json", "{dir}/correct.json"), 90))  # fmt: skip
+            steps.append(Step(f"t1_correct_w{w}", _torchrun(w, f"{T1}.allreduce_rmsnorm", "--graph-tokens", "16",
+                                                            "4096", "--json", "{dir}/correct.json"), 90))  # fmt: skip
             for v in variants:
                 push, _, tuning = v.partition(":")
                 steps.append(Step(f"t1_correct_w{w}_{v.replace(':', '_')}", _torchrun(
-                    w, f"{T1}/allreduce.py", "--graph-tokens", "16", "4096", "--push", push, "--tuning", tuning,
+                    w, f"{T1}.allreduce_rmsnorm", "--graph-tokens", "16", "4096", "--push", push, "--tuning", tuning,
                     "--json", "{dir}/correct.json"), 90))  # fmt: skip
-            steps.append(Step(f"t1_bench_w{w}", _torchrun(w, f"{T1}/benchmark.py", "--shapes", *t1_shapes,
+            steps.append(Step(f"t1_bench_w{w}", _torchrun(w, f"{T1}.benchmark", "--shapes", *t1_shapes,
                                                           "--variants", *variants, "--json", "{dir}/bench.json"),
                               150, benchmark=True))  # fmt: skip
         if "2" in wanted:
-            steps.append(Step(f"t2_correct_w{w}", _torchrun(w, f"{T2}/ag_gemm.py", "--json", "{dir}/correct.json"),
+            steps.append(Step(f"t2_correct_w{w}", _torchrun(w, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"),
                               120))  # fmt: skip
-            steps.append(Step(f"t2_bench_w{w}", _torchrun(w, f"{T2}/benchmark.py", "--shapes", *T2_SHAPES, "--configs",
+            steps.append(Step(f"t2_bench_w{w}", _torchrun(w, f"{T2}.benchmark", "--shapes", *T2_SHAPES, "--configs",
                                                           os.environ.get("T2_CONFIGS", "default"), "--out", "{dir}"),
                               240, benchmark=True))  # fmt: skip
         if "3" in wanted:
-            steps.append(Step(f"t3_correct_w{w}", _torchrun(w, f"{T3}/megamoe.py", "--cases", "small", "prod",
+            steps.append(Step(f"t3_correct_w{w}", _torchrun(w, f"{T3}.megamoe", "--cases", "small", "prod",
                                                             "--json", "{dir}/correct.json"), 120))  # fmt: skip
-            steps.append(Step(f"t3_bench_w{w}", _torchrun(w, f"{T3}/benchmark.py", "--experts", "128", "--out",
+            steps.append(Step(f"t3_bench_w{w}", _torchrun(w, f"{T3}.benchmark", "--experts", "128", "--out",
                                                           "{dir}"), 120, benchmark=True))  # fmt: skip
     env = {"NVSHMEM_SYMMETRIC_SIZE": "6G",  # T2 at W=8: 3.8 GB for k=28672 (two buffers)
            "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NCCL_DEBUG": "WARN"}  # fmt: skip

@@ -7,9 +7,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import triton_raw_ext.language as raw
+from examples.kernels.raw_kernels import add_one, block_sum, fill_iota, rotate_block
 
 from .cxx_kernels import divmod
-from .raw_kernels import add_one, block_sum, fill_iota, rotate_block
 
 
 @gluon.jit

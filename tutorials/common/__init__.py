@@ -1,2 +1,1 @@
-"""Helpers the tutorials share (not part of the plugin): ``tutorials/`` on ``sys.path``, then
-``from common.timing import ...``."""
+"""Helpers the three tutorials share (``from ..common.timing import ...`` inside a tutorial)."""

@@ -1,0 +1,1 @@
+"""The kernels ``bench.compile_overhead`` compiles, one module per case family."""

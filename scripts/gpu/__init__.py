@@ -1,0 +1,1 @@
+"""The GPU suites (``suites``), their runner (``suite``) and the checks their steps run."""

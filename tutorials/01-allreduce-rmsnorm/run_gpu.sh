@@ -1,3 +1,0 @@
-#!/usr/bin/env bash
-# Tutorial 1 on the GPU machine: its suite (`t1` in scripts/gpu/suites.py); arguments go to the runner.
-cd "$(dirname "$0")/../.." && exec python3 scripts/gpu/suite.py t1 "$@"

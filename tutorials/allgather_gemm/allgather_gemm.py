@@ -1,0 +1,381 @@
+"""AllGather-GEMM with the all-gather hidden behind a persistent Triton GEMM.
+
+``op = AllGatherGEMM(m_per_rank, n_per_rank, k, dtype)`` then ``c = op(a, b)`` on every rank:
+``a`` [m_per_rank, k] is this rank's shard of A, ``b`` [k, n_per_rank] its B, and
+``c = AllGather(a) @ b`` [world * m_per_rank, n_per_rank]. Collective: every rank calls it the
+same number of times, in the same order, and a rank's calls must not run at once (issue them on one
+stream, or order their streams with events, as for NCCL collectives): two persistent GEMMs running
+together can each hold the SMs the other needs to finish.
+
+One call, on rank ``me`` with epoch ``e`` (a per-operator counter, identical on every rank), on the
+current stream S, filling workspace buffer ``e % 2`` (two symmetric gathered-A buffers):
+
+1. Side stream P (after S, so after ``a`` is written): for each destination in
+   :func:`schedule.push_order`, the copy engine pushes ``a`` into slot ``me`` of the
+   destination's buffer ``e % 2`` through a peer view, then a stream memory write raises the
+   destination's ``ready[me]`` to ``e`` (fenced after the copy).
+2. S: the persistent GEMM. Its tiles of the local shard read ``a`` itself (no copy, no wait); its
+   tiles of rank ``src`` wait for ``ready[src] >= e`` (raw CUDA ``ag_wait_ready``), then read buffer
+   ``e % 2``, ranks in rotated order. S then joins P, and P waits for S.
+
+No barrier is needed between calls. A rank pushes call ``e`` into a peer's buffer ``e % 2`` only
+after its own GEMM of call ``e - 1`` ended (P follows S, and at the end of each call P also waits
+for S, whatever stream the next call comes on), and that GEMM waited for the peer's push of call
+``e - 1``, which the peer started only after *its* GEMM of call ``e - 2`` ended: the last reader of
+buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
+Epochs only grow, so flags are never reset. The producer uses no SM (copy engine + stream writes),
+so it progresses while the GEMM fills the GPU. At world 1 there is no workspace and no runtime, and
+no flag is written or checked.
+
+Run the correctness check from the repository root: ``python -m tutorials.allgather_gemm.allgather_gemm``
+(world 1), ``torchrun --nproc_per_node=N -m tutorials.allgather_gemm.allgather_gemm`` (one GPU per
+rank), or the same with ``TRITON_RAW_SHARED_GPU=1`` (N ranks on GPU 0; start MPS first so the ranks'
+kernels run concurrently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from triton_raw_ext.knobs import wait_timeout_ms
+
+from ..common.ranks import every_rank
+from ..common.timing import SLEEP_CYCLES_PER_US
+from . import reference
+from .kernels import ag_gemm_kernel, ag_wait_all_kernel
+from .schedule import DEFAULT_CONFIG, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order
+from .stream_ops import write_flag
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# Shared-GPU mode (several PEs on one GPU): each PE's persistent GEMM takes SMs // PEs minus this
+# many programs. A GEMM holding every SM while it spins on a peer's flag can starve the work that
+# raises the flag (a same-device copy run on SMs): seen as the 20 s wait trap at world 2 and 4 on the
+# H200 for shapes whose tiles fill the GPU.
+SPARE_SMS_PER_SHARING_PE = 2
+TUTORIAL_SHAPES = ((1024, 1024, 1024), (4096, 1024, 8192), (4096, 8192, 8192), (8192, 8192, 8192),
+                (4096, 8192, 28672))  # (m_per_rank, n_per_rank, k)
+
+
+def _distributed_world(group: Any) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group), dist.get_world_size(group)
+    return 0, 1
+
+
+def gemm_launch(
+    config: GemmConfig, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
+    out: torch.Tensor, ready: torch.Tensor, *, epoch: int, rank: int, world: int, wait_ms: int, num_sms: int,
+    wait: bool,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """The grid, arguments and keyword arguments (constexprs, warps, stages) of ``ag_gemm_kernel`` for one
+    GEMM of the operator: this rank's shard of A through ``local_desc``, the peers' rows through
+    ``gathered_desc`` (both [m_per_rank or world * m_per_rank, k] in blocks [block_m, block_k]), times
+    ``b`` [k, n], into ``out`` [world * m_per_rank, n]; with ``wait`` a peer's tiles first wait for
+    ``ready[src] >= epoch`` (bounded by ``wait_ms``). Needs no GPU (``aot`` builds it on meta tensors)."""
+    m_per_rank, (k, n) = local_desc.shape[0], b.shape
+    b_desc = TensorDescriptor.from_tensor(b, [config.block_k, config.block_n])
+    c_block_n = config.block_n // 2 if config.epilogue_subtile else config.block_n
+    c_desc = TensorDescriptor.from_tensor(out, [config.block_m, c_block_n])
+    tiles = (m_per_rank // config.block_m) * world * triton.cdiv(n, config.block_n)
+    # The grid never exceeds NUM_SMS: the kernel's second loop relies on program_id < NUM_SMS.
+    grid = (min(num_sms, tiles),)
+    args = (local_desc, gathered_desc, b_desc, c_desc, ready, epoch, rank, world, m_per_rank, n, k, wait_ms)
+    kwargs = dict(
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        NUM_SMS=num_sms, WAIT=wait, FLATTEN=config.flatten, EPILOGUE_SUBTILE=config.epilogue_subtile,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    return grid, args, kwargs
+
+
+def refuse_graph_capture(what: str) -> None:
+    """Raise RuntimeError when the current stream is capturing a CUDA graph.
+
+    At world > 1 a call bakes its epoch (a host counter) into the flag writes and the kernel's
+    waits; a replayed graph would reuse it, find the flags already up and read buffers that peers
+    are still writing: wrong results without an error. So the operator runs eagerly only.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"{what} cannot be captured in a CUDA graph at world > 1: each call's epoch is a "
+                           "host value that a replay would repeat, so its ready checks would pass on stale flags. "
+                           "Call the operator outside graph capture (at world 1 it may be captured).")
+
+
+class AllGatherGEMM:
+    """Reusable AllGather(A) @ B operator with its symmetric workspace (see the module docstring).
+
+    ``group``: the torch.distributed group of the ranks (default group; none at all for one
+    process). With more than one rank, NVSHMEM is initialised over ``group`` if it is not yet
+    (``triton_raw_ext.runtime.init``). ``config``: the GEMM's tiles; ``m_per_rank`` must be a
+    multiple of ``config.block_m``.
+    """
+
+    def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
+                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG) -> None:
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+        check_shapes(m_per_rank, n_per_rank, k, config)
+        self.m_per_rank, self.n, self.k, self.dtype, self.config = m_per_rank, n_per_rank, k, dtype, config
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.rank, self.world = _distributed_world(group)
+        self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.epoch = 0
+        self.wait_ms = wait_timeout_ms()  # the bound of the kernels' waits on peers' flags
+        self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
+        if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
+            self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
+            return
+        from triton_raw_ext import runtime
+
+        runtime.init(group)
+        if (runtime.my_pe(), runtime.n_pes()) != (self.rank, self.world):
+            raise RuntimeError(f"NVSHMEM PE {runtime.my_pe()}/{runtime.n_pes()} differs from group rank "
+                               f"{self.rank}/{self.world}: initialise NVSHMEM over the same group")
+        sharing = runtime.pes_per_gpu()
+        if sharing > 1:  # shared-GPU mode: every PE's persistent GEMM must fit at once, with SMs to spare
+            self.num_sms = max(1, self.num_sms // sharing - SPARE_SMS_PER_SHARING_PE)
+        self._side = torch.cuda.Stream(self.device)
+        self.workspace = runtime.empty((WORKSPACE_BUFFERS, self.world * m_per_rank, k), dtype)
+        self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
+        order = push_order(self.rank, self.world)
+        # Per buffer, the destinations' views of this rank's slot, and the destinations' flag addresses.
+        peers = [runtime.peer(self.workspace, dst) for dst in order]
+        self._push_slots: list[list[torch.Tensor]] = [[peer[buf, self._own_rows] for peer in peers]
+                                                      for buf in range(WORKSPACE_BUFFERS)]
+        self._push_flags: list[int] = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
+        self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
+                                for buf in self.workspace]
+        torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
+
+    def _check(self, *inputs: tuple[str, torch.Tensor, tuple[int, int]]) -> None:
+        """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous
+        tensor of that shape, of the operator's dtype, on its device."""
+        for name, t, shape in inputs:
+            if tuple(t.shape) != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous():
+                raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
+                                 f"{tuple(t.shape)} {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
+
+    def _a_desc(self, a: torch.Tensor) -> TensorDescriptor:
+        return TensorDescriptor.from_tensor(a, [self.config.block_m, self.config.block_k])
+
+    def _produce(self, a: torch.Tensor) -> int:
+        """Step 1 of the module docstring for a new epoch; returns the workspace buffer it fills."""
+        self.epoch += 1
+        buf = self.epoch % WORKSPACE_BUFFERS
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._side):
+            for remote_slot, remote_flag in zip(self._push_slots[buf], self._push_flags, strict=True):
+                remote_slot.copy_(a)
+                write_flag(self._side, remote_flag, self.epoch)
+        return buf
+
+    def _finish_epoch(self) -> None:
+        """Order the side stream after this call's readers and the current stream after its pushes.
+
+        The first makes the next call's pushes follow this call's GEMM even if the caller switches
+        streams between calls (the no-barrier argument of the module docstring needs it); the second
+        orders later work on the current stream (reusing ``a``, freeing it) after the pushes read it.
+        """
+        main = torch.cuda.current_stream(self.device)
+        self._side.wait_stream(main)
+        main.wait_stream(self._side)
+
+    def _launch(self, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
+                out: torch.Tensor, wait: bool) -> None:
+        grid, args, kwargs = gemm_launch(self.config, local_desc, gathered_desc, b, out, self.ready, epoch=self.epoch,
+                                         rank=self.rank, world=self.world, wait_ms=self.wait_ms,
+                                         num_sms=self.num_sms, wait=wait)  # fmt: skip
+        ag_gemm_kernel[grid](*args, **kwargs)
+
+    def _output(self, out: torch.Tensor | None) -> torch.Tensor:
+        shape = (self.world * self.m_per_rank, self.n)
+        if out is None:
+            return torch.empty(shape, dtype=self.dtype, device=self.device)
+        if tuple(out.shape) != shape or out.dtype != self.dtype or not out.is_contiguous():
+            raise ValueError(
+                f"out must be a contiguous {shape} {self.dtype} tensor, got {tuple(out.shape)} {out.dtype}"
+            )
+        return out
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``AllGather(a) @ b`` (collective); ordered on the current stream like a torch op."""
+        self._check(("a", a, (self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
+        out = self._output(out)
+        local_desc = self._a_desc(a)
+        if self.world == 1:  # no peer tiles: the kernel without checks
+            self._launch(local_desc, local_desc, b, out, wait=False)
+            return out
+        refuse_graph_capture("AllGatherGEMM.__call__")
+        buf = self._produce(a)
+        self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
+        self._finish_epoch()
+        return out
+
+    def all_gather(self, a: torch.Tensor) -> torch.Tensor:
+        """Only the all-gather (collective): returns AllGather(a), ``a`` itself at world 1.
+
+        At world > 1 the result is a workspace buffer, valid until the next call of this operator:
+        the current stream waits until every peer's shard has landed in it (a one-program kernel).
+        """
+        self._check(("a", a, (self.m_per_rank, self.k)))
+        if self.world == 1:
+            return a
+        refuse_graph_capture("AllGatherGEMM.all_gather")
+        buf = self._produce(a)
+        gathered = self.workspace[buf]
+        gathered[self._own_rows].copy_(a)
+        ag_wait_all_kernel[(1,)](self.ready, self.epoch, self.rank, self.world, self.wait_ms)
+        self._finish_epoch()
+        return gathered
+
+    def gemm(self, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
+             checks: bool = False) -> torch.Tensor:
+        """Only the consumer GEMM on an already gathered A (a baseline of the benchmark).
+
+        Without ``checks`` it is the GEMM without ready checks. With ``checks`` (world > 1, after at
+        least one call) it runs them too, against the last call's epoch: once every rank's last call
+        has finished, its flags are all up and this is the cost of the checks alone, without any wait
+        or transfer (the benchmark synchronises the ranks before each timed repeat).
+        """
+        self._check(("gathered", gathered, (self.world * self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
+        if checks and (self.world == 1 or self.epoch == 0):
+            raise ValueError("gemm(checks=True) needs world > 1 and a completed call whose flags it re-checks")
+        local = gathered[self._own_rows]
+        out = self._output(out)
+        self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
+        return out
+
+
+def _reference_gathered(a: torch.Tensor, shape: tuple[int, int, int], dtype: torch.dtype, seed: int, call: int,
+                        world: int) -> torch.Tensor:
+    import torch.distributed as dist
+
+    if world > 1 and "nccl" in str(dist.get_backend()):
+        gathered = torch.empty(world * a.shape[0], a.shape[1], dtype=a.dtype, device=a.device)
+        dist.all_gather_into_tensor(gathered, a)
+        return gathered
+    m, n, k = shape
+    return reference.rebuild_gathered(m, n, k, dtype, seed, call, world, a.device)
+
+
+# Inputs of the check's calls (X, Y, Z, X, Y, Z): calls 4-6 must reproduce calls 1-3 bit for bit. The
+# period 3 is coprime with the two workspace buffers, so a rank that overwrote a peer's buffer one call
+# too early (two calls ahead) would write different data into it, which shows.
+CHECK_CALL_INPUTS = (0, 1, 2, 0, 1, 2)
+CHECK_PERIOD = 3
+# Before every other call each rank's stream sleeps this long, odd ranks on the other calls than even
+# ones, so that ranks drift up to a call apart (what the double-buffered workspace must allow).
+SKEW_US = 300
+
+
+def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
+    """Run one operator on inputs X, Y, Z, X, Y, Z back to back, ranks skewed, and compare with the
+    reference.
+
+    Outputs are poisoned with NaN before the calls; nothing synchronises between the calls, so a
+    rank that runs ahead and overwrites a peer's buffer still in use shows as an error, and calls
+    4-6 must equal calls 1-3 bit for bit (a difference between identical runs points at a race).
+    ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
+    """
+    m, n, k = shape
+    op = AllGatherGEMM(m, n, k, dtype, config=config)
+    rank, world = op.rank, op.world
+    tol = reference.TOLERANCE[dtype]
+    inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
+              for call in sorted(set(CHECK_CALL_INPUTS))}
+    outputs = [torch.full((world * m, n), float("nan"), dtype=dtype, device=op.device) for _ in CHECK_CALL_INPUTS]
+    torch.cuda.synchronize()
+    for i, (call, out) in enumerate(zip(CHECK_CALL_INPUTS, outputs, strict=True)):
+        if world > 1 and (i + rank) % 2:
+            torch.cuda._sleep(SKEW_US * SLEEP_CYCLES_PER_US)
+        op(*inputs[call], out=out)
+    references = {call: _reference_gathered(inputs[call][0], shape, dtype, seed, call, world)
+                  for call in sorted(set(CHECK_CALL_INPUTS))}
+    errors = [reference.relative_error(out, reference.reference(references[call], inputs[call][1]))
+              for call, out in zip(CHECK_CALL_INPUTS, outputs, strict=True)]
+    gathered_equal = bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
+    torch.cuda.synchronize()
+    repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + CHECK_PERIOD]))
+                       for i in range(len(outputs) - CHECK_PERIOD))
+    ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal  # NaN compares False
+    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
+            "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal,
+            "all_gather_exact": gathered_equal, "ok": ok, "config": config.describe()}
+
+
+def print_table(rows: list[dict]) -> None:
+    """One line per (shape, dtype, rank): worst relative error of the calls and the verdict."""
+    print(f"{'shape':>18} {'dtype':>9} {'world':>5} {'rank':>4} {'max rel err':>11} {'tol':>7} {'repeat':>6} "
+          f"{'gather':>6}  result")
+    for r in rows:
+        errs = r.get("rel_errors") or [float("nan")]
+        err = float("nan") if any(e != e for e in errs) else max(errs)
+        verdict = "PASS" if r["ok"] else "FAIL " + r.get("error", "")
+        print(f"{'x'.join(map(str, r['shape'])):>18} {r['dtype']:>9} {r.get('world', '?'):>5} {r.get('rank', '?'):>4} "
+              f"{err:>11.3e} {r.get('tolerance', 0):>7.0e} {str(r.get('repeat_bitwise_equal', '-')):>6} "
+              f"{str(r.get('all_gather_exact', '-')):>6}  {verdict}")
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    parts = tuple(int(x) for x in text.lower().split("x"))
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"shape {text!r} must be MxNxK (m_per_rank x n_per_rank x k)")
+    return parts  # type: ignore[return-value]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=_parse_shape, nargs="+", default=list(TUTORIAL_SHAPES),
+                        help="m_per_rank x n_per_rank x k, e.g. 4096x8192x8192")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the rows of every rank here (rank 0 writes)")
+    args = parser.parse_args(argv)
+    import torch.distributed as dist
+
+    rows = []
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from triton_raw_ext import runtime
+
+        runtime.init()
+    else:
+        torch.cuda.set_device(0)
+    for dtype_name in args.dtypes:
+        for shape in args.shapes:
+            t0 = time.perf_counter()
+            label = f"rank {os.environ.get('RANK', '0')}: {'x'.join(map(str, shape))} {dtype_name}"
+            print(f"{label}: started", file=sys.stderr, flush=True)  # a timeout or trap shows which shape
+            try:
+                row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG)
+            except (ValueError, RuntimeError) as e:
+                row = {"shape": list(shape), "dtype": dtype_name, "ok": False, "error": str(e)[:400]}
+            row["seconds"] = round(time.perf_counter() - t0, 2)
+            print(f"{label}: {'ok' if row['ok'] else 'FAIL'} ({row['seconds']} s)", file=sys.stderr, flush=True)
+            rows.append(row)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    all_rows = every_rank(rows) if world > 1 else [rows]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if rank == 0:
+        flat = [r for per_rank in all_rows for r in per_rank]
+        print_table(flat)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(flat, indent=1))
+    ok = all(r["ok"] for per_rank in all_rows for r in per_rank)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Tutorial 2 on the GPU machine: its suite (`t2` in scripts/gpu/suites.py); arguments go to the runner.
+cd "$(dirname "$0")/../.." && exec python3 -m scripts.gpu.suite t2 "$@"
