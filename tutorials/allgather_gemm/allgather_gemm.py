@@ -49,6 +49,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
+from ..common import op_registry
 from ..common.ranks import every_rank
 from ..common.timing import SLEEP_CYCLES_PER_US
 from . import reference
@@ -119,7 +120,8 @@ class AllGatherGEMM:
     ``group``: the torch.distributed group of the ranks (default group; none at all for one
     process). With more than one rank, NVSHMEM is initialised over ``group`` if it is not yet
     (``triton_raw_ext.runtime.init``). ``config``: the GEMM's tiles; ``m_per_rank`` must be a
-    multiple of ``config.block_m``.
+    multiple of ``config.block_m``. ``handle`` reaches it from the custom op
+    ``triton_raw_ext::allgather_gemm`` (torch_op) until :meth:`close`.
     """
 
     def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
@@ -136,6 +138,7 @@ class AllGatherGEMM:
         self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
+            self.handle = op_registry.register(self)
             return
         from triton_raw_ext import runtime
 
@@ -158,6 +161,11 @@ class AllGatherGEMM:
         self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
                                 for buf in self.workspace]
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
+        self.handle = op_registry.register(self)
+
+    def close(self) -> None:
+        """Unregister the handle (idempotent); the workspace is freed with the last reference."""
+        op_registry.unregister(self.handle)
 
     def _check(self, *inputs: tuple[str, torch.Tensor, tuple[int, int]]) -> None:
         """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous

@@ -29,6 +29,7 @@ import torch
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
+from ..common import op_registry
 from ..common.ranks import every_rank
 from .kernels import kernel_source
 from .plan import (
@@ -76,6 +77,8 @@ def _pes_sharing_this_gpu(world: int) -> int:
 class AllReduceRMSNorm:
     """The fused op for one (hidden, dtype, max_tokens, group). Construct it on every rank of the
     group (collective: it initialises NVSHMEM when needed and allocates the symmetric workspace).
+    ``handle`` reaches it from the custom op ``triton_raw_ext::allreduce_rmsnorm`` (torch_op) until
+    :meth:`close`.
 
     ``algorithm`` forces ONESHOT or TWOSHOT for every call (for tests); by default each call picks
     by message size (plan.choose_algorithm). ``tuning`` sets the communicating kernels' launch
@@ -127,6 +130,11 @@ class AllReduceRMSNorm:
         self.push = self._choose_push(push) if world > 1 else Push.PUTS
         if world > 1:
             self._preload()
+        self.handle = op_registry.register(self)  # what torch_op's custom op takes to reach this instance
+
+    def close(self) -> None:
+        """Unregister the handle (idempotent); the workspace is freed with the last reference."""
+        op_registry.unregister(self.handle)
 
     def _choose_push(self, forced: Push | None) -> Push:
         """STORES when every peer's copy of the workspace is mapped here (``runtime.peer``) at a distance

@@ -40,6 +40,7 @@ import torch
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
+from ..common import op_registry
 from ..common.ranks import every_rank
 from .config import (
     FP8_BLOCK,
@@ -101,6 +102,7 @@ class MegaMoE:
     quantized here and not kept); ``tiles`` default to :func:`choose_tiles` / :func:`choose_tiles_fp8`.
     ``gemm_programs`` > 0 (bf16) runs L1 and L2 as one persistent launch of that many programs
     (``Tiles.gemm_programs``; the GPU's SM count is the natural choice); it was no faster on the H200.
+    ``handle`` reaches the layer from the custom op ``triton_raw_ext::megamoe`` (torch_op) until :meth:`close`.
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class MegaMoE:
             n: torch.zeros(s, dtype=TORCH_DTYPES[d], device=dev) for n, s, d in self.cfg.local_buffers()
         }
         self.closed = False
+        self.handle = op_registry.register(self)  # what torch_op's custom op takes to reach this layer
 
     def _preload(self) -> None:
         """Compile and load every kernel of a call before any rank allocates or communicates, then wait
@@ -250,6 +253,7 @@ class MegaMoE:
         if self.closed:
             return
         self.closed = True
+        op_registry.unregister(self.handle)
         torch.cuda.current_stream().synchronize()
         if self.cfg.world > 1:  # no peer still reads or writes our buffers
             self._launch(self._barrier, {**self.sym, **self.local, "me": self.rank, "W": self.cfg.world,

@@ -1,0 +1,51 @@
+"""AllGatherGEMM as the torch custom op ``triton_raw_ext::allgather_gemm``, and the nn.Module that calls it.
+
+``torch.ops.triton_raw_ext.allgather_gemm(a, b, world, handle)`` returns ``AllGather(a) @ b``
+[world * a.shape[0], b.shape[1]] from the operator registered under ``handle``
+(``AllGatherGEMM(...).handle``). ``world`` is the operator's and is an argument so that the fake
+implementation knows the output's rows from the arguments alone. Nothing is written in place (the
+workspace is the operator's own). At world > 1 the op refuses CUDA-graph capture
+(``allgather_gemm.refuse_graph_capture``): compile it without graphs there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..common import op_registry
+
+if TYPE_CHECKING:
+    from .allgather_gemm import AllGatherGEMM
+
+
+@torch.library.custom_op("triton_raw_ext::allgather_gemm", mutates_args=(), device_types="cuda")
+def allgather_gemm(a: torch.Tensor, b: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+    """AllGather(a) @ b over the operator's ranks."""
+    op = op_registry.lookup(handle)
+    if op.world != world:
+        raise ValueError(f"allgather_gemm: world={world} but the operator under handle {handle} has {op.world} ranks")
+    return op(a, b)
+
+
+@allgather_gemm.register_fake
+def _allgather_gemm_fake(a: torch.Tensor, b: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+    return a.new_empty((world * a.shape[0], b.shape[1]))
+
+
+class AllGatherGEMMModule(torch.nn.Module):
+    """``forward(a) -> AllGather(a) @ weight`` through the custom op.
+
+    ``op``: an ``AllGatherGEMM`` that stays open while
+    the module is used; ``weight`` [k, n_per_rank]: this rank's B, kept as a buffer (inference).
+    """
+
+    def __init__(self, op: AllGatherGEMM, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.handle: int = op.handle
+        self.world: int = op.world
+        self.register_buffer("weight", weight)
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.ops.triton_raw_ext.allgather_gemm(a, self.weight, self.world, self.handle)
