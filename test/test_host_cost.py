@@ -1,0 +1,36 @@
+"""bench.host_cost: the goal verdicts from its rows, and a clean skip without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bench.host_cost import goals, main  # noqa: E402
+
+
+def row(op: str, path: str, host_us: float, wall_us: float) -> dict:
+    return {"op": op, "path": path, "host_us": host_us, "wall_us": wall_us, "gpu_us": 1.0}
+
+
+def test_goals_compare_eager_with_the_ops_first_row():
+    rows = [
+        row("allgather_gemm", "torch.matmul", 10.0, 12.0),
+        row("allgather_gemm", "eager", 14.0, 16.0),
+        row("allgather_gemm", "torch.ops", 40.0, 40.0),  # not what the goals judge
+        row("megamoe", "torch._grouped_mm", 10.0, 10.0),
+        row("megamoe", "eager", 16.0, 16.0),
+    ]
+    verdicts = goals(rows)
+    assert verdicts["allgather_gemm"]["host_ratio"] == pytest.approx(1.4) and verdicts["allgather_gemm"]["host_met"]
+    assert verdicts["allgather_gemm"]["speed_vs_matmul"] == pytest.approx(0.75)
+    assert not verdicts["allgather_gemm"]["speed_met"]
+    assert verdicts["megamoe"]["host_ratio"] == pytest.approx(1.6) and not verdicts["megamoe"]["host_met"]
+    assert "speed_vs_matmul" not in verdicts["megamoe"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a GPU")
+def test_without_gpu_it_says_so_and_writes_nothing(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "out")]) == 0
+    assert "no CUDA GPU visible; nothing measured" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
