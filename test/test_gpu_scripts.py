@@ -62,7 +62,8 @@ def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
 
 
 def test_every_suite_names_scripts_that_exist():
-    names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "faults", "nvshmem", "multi_gpu", "all"}
+    names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "faults", "nvshmem", "multi_gpu", "serving",
+             "all"}
     assert set(suites.SUITES) == names
     env = {"VARIANTS": "stores:2 puts:2"}
     for gpus in (1, 2, 8):
@@ -147,3 +148,12 @@ def test_all_runs_every_one_gpu_suite_as_parts(tmp_path):
     runtime = next(args for args in calls if args[:2] == ["-m", "scripts.gpu.runtime_suite"])
     assert runtime[-1].endswith("/runtime/checks")  # one GPU: every stage in one step, MPS on
     assert (tmp_path / "out" / "t1" / "bench_w1.log").is_file()
+
+
+def test_serving_suite_runs_the_example_at_world_1_2_4_within_120_s():
+    steps = suites.SUITES["serving"](1).steps
+    assert [s.name for s in steps] == ["w1", "w2_shared", "w4_shared"]
+    assert sum(s.timeout_s for s in steps) <= 120
+    assert [s.shared_gpu for s in steps] == [False, True, True]
+    assert all("examples.serving_blocks" in s.command for s in steps)
+    assert "--nproc_per_node=4" in steps[2].command

@@ -255,6 +255,19 @@ def nvshmem(gpus: int) -> Suite:
     ], budget_s=540)  # fmt: skip
 
 
+def serving(gpus: int) -> Suite:
+    """The serving example (``examples.serving_blocks``): the MLP and MoE blocks of the tutorial ops eager,
+    compiled and as CUDA graphs beside torch.distributed collectives, at world 1 and with 2 and 4 PEs
+    sharing the GPU; 120 s of steps in all."""
+    shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}
+    example = "examples.serving_blocks"
+    return Suite("serving", [
+        Step("w1", ("python3", "-m", example, "--json", "{dir}/serving.json"), 40),
+        Step("w2_shared", _torchrun(2, example, "--json", "{dir}/serving.json"), 40, shared_gpu=True, env=shared),
+        Step("w4_shared", _torchrun(4, example, "--json", "{dir}/serving.json"), 40, shared_gpu=True, env=shared),
+    ], budget_s=180)  # fmt: skip
+
+
 def every_one_gpu_suite(gpus: int) -> Suite:
     """Every one-GPU suite in one bounded call: each part gets at most its cap (about what it takes on
     an H200 with a cold cache, plus a margin) and what the 540 s budget has left; a step that would
@@ -354,5 +367,5 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu, "all": every_one_gpu_suite,
+    "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu, "serving": serving, "all": every_one_gpu_suite,
 }  # fmt: skip
