@@ -277,6 +277,12 @@ def every_one_gpu_suite(gpus: int) -> Suite:
     return Suite("all", [], budget_s=540, parts=parts)
 
 
+def tutorials(gpus: int) -> Suite:
+    """The three tutorials in one bounded call, with the caps of ``all`` (what changes in a tutorial's
+    layout or launch path is checked without the compiler-core and runtime parts)."""
+    return Suite("tutorials", [], budget_s=420, parts=[(t1(gpus), 130), (t2(gpus), 110), (t3(gpus), 170)])
+
+
 T2_SHAPES = ("1024x1024x1024", "4096x1024x8192", "4096x8192x8192", "8192x8192x8192", "4096x8192x28672")
 
 
@@ -368,4 +374,5 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
     "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu, "serving": serving, "all": every_one_gpu_suite,
+    "tutorials": tutorials,
 }  # fmt: skip
