@@ -52,8 +52,9 @@ from triton_raw_ext.knobs import wait_timeout_ms
 from ..common.ranks import every_rank
 from ..common.timing import SLEEP_CYCLES_PER_US
 from . import reference
-from .kernels import ag_gemm_kernel, ag_wait_all_kernel
-from .schedule import DEFAULT_CONFIG, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order
+from .kernels import ag_gemm_kernel, ag_gemm_sm_push_kernel, ag_wait_all_kernel
+from .push import PUSH_CHOICES, STATE_EPOCH, Push, choose_push, state_words
+from .schedule import DEFAULT_CONFIG, ELEMENT_BYTES, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order
 from .stream_ops import write_flag
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -100,6 +101,24 @@ def gemm_launch(
     return grid, args, kwargs
 
 
+def sm_push_launch(
+    config: GemmConfig, local_desc: TensorDescriptor, buffers_desc: TensorDescriptor, b: torch.Tensor,
+    out: torch.Tensor, a: torch.Tensor, workspace: torch.Tensor, ready: torch.Tensor, state: torch.Tensor, *,
+    rank: int, world: int, wait_ms: int, num_sms: int,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """The grid, arguments and keyword arguments of ``ag_gemm_sm_push_kernel``: :func:`gemm_launch`'s GEMM
+    with waits, reading the peers' rows from ``buffers_desc`` (both workspace buffers as one
+    [2 * world * m_per_rank, k] matrix), whose programs first push ``a`` into the symmetric ``workspace``
+    and raise the symmetric ``ready`` flags, with the epoch in ``state`` (push.py's state words)."""
+    grid, args, kwargs = gemm_launch(config, local_desc, buffers_desc, b, out, ready, epoch=0, rank=rank, world=world,
+                                     wait_ms=wait_ms, num_sms=num_sms, wait=True)  # fmt: skip
+    local, buffers, b_desc, c_desc, _, _, _, _, m_per_rank, n, k, _ = args
+    del kwargs["WAIT"]
+    shard_bytes = m_per_rank * k * ELEMENT_BYTES
+    return grid, (local, buffers, b_desc, c_desc, a, workspace, ready, state, rank, world, m_per_rank, n, k, wait_ms,
+                  shard_bytes), kwargs  # fmt: skip
+
+
 def refuse_graph_capture(what: str) -> None:
     """Raise RuntimeError when the current stream is capturing a CUDA graph.
 
@@ -119,13 +138,18 @@ class AllGatherGEMM:
     ``group``: the torch.distributed group of the ranks (default group; none at all for one
     process). With more than one rank, NVSHMEM is initialised over ``group`` if it is not yet
     (``triton_raw_ext.runtime.init``). ``config``: the GEMM's tiles; ``m_per_rank`` must be a
-    multiple of ``config.block_m``.
+    multiple of ``config.block_m``. ``push``: how the shard reaches the peers at world > 1,
+    ``"copy_engine"`` (eager only), ``"sm"`` (CUDA-graph capturable) or ``"auto"`` (push.py).
     """
 
     def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
-                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG) -> None:
+                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG, push: Push = "auto") -> None:
         if dtype not in DTYPES.values():
             raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+        if push not in PUSH_CHOICES:
+            raise ValueError(f"push must be one of {', '.join(PUSH_CHOICES)}, got {push!r}")
+        self.push = push
+        self._host_epoch_known = True  # until a capture: replays advance the device epoch only
         check_shapes(m_per_rank, n_per_rank, k, config)
         self.m_per_rank, self.n, self.k, self.dtype, self.config = m_per_rank, n_per_rank, k, dtype, config
         self.device = torch.device("cuda", torch.cuda.current_device())
@@ -157,7 +181,17 @@ class AllGatherGEMM:
         self._push_flags: list[int] = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
         self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
                                 for buf in self.workspace]
+        self._buffers_desc = TensorDescriptor.from_tensor(self.workspace.view(-1, k), [config.block_m, config.block_k])
+        self._state = torch.zeros(state_words(self.world), dtype=torch.int32, device=self.device)  # push.py STATE_*
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
+
+    def _require_host_epoch(self, what: str) -> None:
+        """Raise RuntimeError naming ``what`` once the operator was captured in a CUDA graph: its replays
+        advance the epoch on the device only, and ``what`` needs it on the host."""
+        if not self._host_epoch_known:
+            raise RuntimeError(f"AllGatherGEMM.{what} needs the host to know the call epoch, which it does not once "
+                               "the operator was captured in a CUDA graph (replays advance it on the device): use "
+                               "a separate AllGatherGEMM for eager calls")
 
     def _check(self, *inputs: tuple[str, torch.Tensor, tuple[int, int]]) -> None:
         """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous
@@ -179,6 +213,8 @@ class AllGatherGEMM:
             for remote_slot, remote_flag in zip(self._push_slots[buf], self._push_flags, strict=True):
                 remote_slot.copy_(a)
                 write_flag(self._side, remote_flag, self.epoch)
+            # The device epoch follows, so that a later SM-push call (auto, captured) continues the sequence.
+            write_flag(self._side, self._state.data_ptr() + 4 * STATE_EPOCH, self.epoch)
         return buf
 
     def _finish_epoch(self) -> None:
@@ -217,7 +253,16 @@ class AllGatherGEMM:
         if self.world == 1:  # no peer tiles: the kernel without checks
             self._launch(local_desc, local_desc, b, out, wait=False)
             return out
-        refuse_graph_capture("AllGatherGEMM.__call__")
+        capturing = torch.cuda.is_current_stream_capturing()
+        shard_bytes = self.m_per_rank * self.k * ELEMENT_BYTES
+        if choose_push(self.push, self.world, capturing, shard_bytes, self._host_epoch_known) == "sm":
+            self._host_epoch_known &= not capturing
+            self.epoch += 1  # the host's copy of the device epoch, exact while no graph replays
+            grid, args, kwargs = sm_push_launch(self.config, local_desc, self._buffers_desc, b, out, a, self.workspace,
+                                                self.ready, self._state, rank=self.rank, world=self.world,
+                                                wait_ms=self.wait_ms, num_sms=self.num_sms)  # fmt: skip
+            ag_gemm_sm_push_kernel[grid](*args, **kwargs)
+            return out
         buf = self._produce(a)
         self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
         self._finish_epoch()
@@ -233,6 +278,7 @@ class AllGatherGEMM:
         if self.world == 1:
             return a
         refuse_graph_capture("AllGatherGEMM.all_gather")
+        self._require_host_epoch("all_gather()")
         buf = self._produce(a)
         gathered = self.workspace[buf]
         gathered[self._own_rows].copy_(a)
@@ -252,6 +298,8 @@ class AllGatherGEMM:
         self._check(("gathered", gathered, (self.world * self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
         if checks and (self.world == 1 or self.epoch == 0):
             raise ValueError("gemm(checks=True) needs world > 1 and a completed call whose flags it re-checks")
+        if checks:
+            self._require_host_epoch("gemm(checks=True)")
         local = gathered[self._own_rows]
         out = self._output(out)
         self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
