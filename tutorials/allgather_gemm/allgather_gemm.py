@@ -328,7 +328,8 @@ CHECK_PERIOD = 3
 SKEW_US = 300
 
 
-def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
+def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig,
+                push: Push = "auto", in_graph: bool = False) -> dict:
     """Run one operator on inputs X, Y, Z, X, Y, Z back to back, ranks skewed, and compare with the
     reference.
 
@@ -336,31 +337,97 @@ def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, conf
     rank that runs ahead and overwrites a peer's buffer still in use shows as an error, and calls
     4-6 must equal calls 1-3 bit for bit (a difference between identical runs points at a race).
     ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
+    ``in_graph``: the six calls and their skew are captured as one CUDA graph (after one eager call that
+    loads the kernels), replayed twice, and the second replay is checked; ``all_gather()`` (eager only,
+    and it needs the host epoch) is not.
     """
     m, n, k = shape
-    op = AllGatherGEMM(m, n, k, dtype, config=config)
+    op = AllGatherGEMM(m, n, k, dtype, config=config, push=push)
     rank, world = op.rank, op.world
     tol = reference.TOLERANCE[dtype]
     inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
               for call in sorted(set(CHECK_CALL_INPUTS))}
     outputs = [torch.full((world * m, n), float("nan"), dtype=dtype, device=op.device) for _ in CHECK_CALL_INPUTS]
     torch.cuda.synchronize()
-    for i, (call, out) in enumerate(zip(CHECK_CALL_INPUTS, outputs, strict=True)):
-        if world > 1 and (i + rank) % 2:
-            torch.cuda._sleep(SKEW_US * SLEEP_CYCLES_PER_US)
-        op(*inputs[call], out=out)
+
+    def six_calls() -> None:
+        for i, (call, out) in enumerate(zip(CHECK_CALL_INPUTS, outputs, strict=True)):
+            if world > 1 and (i + rank) % 2:
+                torch.cuda._sleep(SKEW_US * SLEEP_CYCLES_PER_US)
+            op(*inputs[call], out=out)
+
+    if in_graph:
+        op(*inputs[0], out=outputs[0])  # loads the kernels outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            six_calls()
+        graph.replay()
+        for out in outputs:
+            out.fill_(float("nan"))
+        graph.replay()
+    else:
+        six_calls()
     references = {call: _reference_gathered(inputs[call][0], shape, dtype, seed, call, world)
                   for call in sorted(set(CHECK_CALL_INPUTS))}
     errors = [reference.relative_error(out, reference.reference(references[call], inputs[call][1]))
               for call, out in zip(CHECK_CALL_INPUTS, outputs, strict=True)]
-    gathered_equal = bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
+    gathered_equal = None if in_graph else bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
     torch.cuda.synchronize()
     repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + CHECK_PERIOD]))
                        for i in range(len(outputs) - CHECK_PERIOD))
-    ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal  # NaN compares False
+    ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal is not False  # NaN compares False
     return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
             "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal,
-            "all_gather_exact": gathered_equal, "ok": ok, "config": config.describe()}
+            "all_gather_exact": gathered_equal, "push": push, "ok": ok, "config": config.describe()}
+
+
+GRAPH_REPLAYS = 20
+
+
+def check_graph(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig, push: Push) -> dict:
+    """Capture one call of an operator in a CUDA graph and replay it :data:`GRAPH_REPLAYS` times.
+
+    Before each replay the static inputs take call ``i % 3``'s (X, Y, Z, ...) and the stream sleeps a
+    random 0-2x :data:`SKEW_US` drawn per rank and replay, so ranks drift apart; nothing synchronises
+    between replays. Every replay's output must match its reference, and replays ``i`` and ``i + 3``
+    must agree bit for bit: N replays must behave as N eager calls (the device epoch advances).
+    """
+    import random
+
+    m, n, k = shape
+    op = AllGatherGEMM(m, n, k, dtype, config=config, push=push)
+    rank, world = op.rank, op.world
+    inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device) for call in range(CHECK_PERIOD)}
+    a, b = (t.clone() for t in inputs[0])
+    out = torch.empty((world * m, n), dtype=dtype, device=op.device)
+    op(a, b, out=out)  # compiles and loads the kernels outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(a, b, out=out)
+    rng = random.Random(seed * 1000 + rank)
+    outputs = []
+    torch.cuda.synchronize()
+    for i in range(GRAPH_REPLAYS):
+        a.copy_(inputs[i % CHECK_PERIOD][0])
+        b.copy_(inputs[i % CHECK_PERIOD][1])
+        if world > 1:
+            torch.cuda._sleep(int(rng.uniform(0, 2 * SKEW_US) * SLEEP_CYCLES_PER_US))
+        out.fill_(float("nan"))
+        graph.replay()
+        outputs.append(out.clone())
+    references = {call: reference.reference(_reference_gathered(inputs[call][0], shape, dtype, seed, call, world),
+                                            inputs[call][1]) for call in range(CHECK_PERIOD)}  # fmt: skip
+    errors = [reference.relative_error(o, references[i % CHECK_PERIOD]) for i, o in enumerate(outputs)]
+    torch.cuda.synchronize()
+    repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + CHECK_PERIOD]))
+                       for i in range(len(outputs) - CHECK_PERIOD))
+    tol = reference.TOLERANCE[dtype]
+    ok = all(e <= tol for e in errors) and repeat_equal
+    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
+            "graph_replays": GRAPH_REPLAYS, "push": push, "rel_errors": errors, "tolerance": tol,
+            "repeat_bitwise_equal": repeat_equal, "ok": ok, "config": config.describe()}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -390,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the rows of every rank here (rank 0 writes)")
+    parser.add_argument("--push", choices=PUSH_CHOICES, default="auto", help="the operator's push path (push.py)")
+    graph = parser.add_mutually_exclusive_group()
+    graph.add_argument("--graph", action="store_true",
+                       help=f"capture one call in a CUDA graph and check {GRAPH_REPLAYS} skewed replays")
+    graph.add_argument("--graph-sequence", action="store_true",
+                       help="capture the six skewed calls of the check in one CUDA graph and check a replay")
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
@@ -406,7 +479,11 @@ def main(argv: list[str] | None = None) -> int:
             label = f"rank {os.environ.get('RANK', '0')}: {'x'.join(map(str, shape))} {dtype_name}"
             print(f"{label}: started", file=sys.stderr, flush=True)  # a timeout or trap shows which shape
             try:
-                row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG)
+                if args.graph:
+                    row = check_graph(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG, args.push)
+                else:
+                    row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG, args.push,
+                                      in_graph=args.graph_sequence)
             except (ValueError, RuntimeError) as e:
                 row = {"shape": list(shape), "dtype": dtype_name, "ok": False, "error": str(e)[:400]}
             row["seconds"] = round(time.perf_counter() - t0, 2)
