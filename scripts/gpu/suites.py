@@ -197,7 +197,7 @@ def t2(gpus: int) -> Suite:
     # skew check captured as one graph, at two shapes that fit the suite's time (world 1: no push, graphs only).
     small = ("--push", "sm", "--dtypes", "bfloat16", "--shapes", "1024x1024x1024", "4096x1024x8192")
     check = (f"{T2}.allgather_gemm", *small, "--json", "{dir}/correct.json")
-    sm_push = [Step("w1_sm_graph", ("python3", "-m", *check, "--graph"), 60)]
+    sm_push = []
     for w in (2, 4):
         sm_push += [Step(f"w{w}_sm_{name}", _torchrun(w, *check, *flags), 60 + 20 * w, shared_gpu=True, env=shared)
                     for name, flags in (("eager", ()), ("graph", ("--graph",)),
@@ -205,6 +205,7 @@ def t2(gpus: int) -> Suite:
     return Suite("t2", [
         Step("w1_correct", ("python3", "-m", f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 110),
         Step("bench_w1", ("python3", "-m", f"{T2}.benchmark", "--configs", "all", "--out", "{dir}"), 110),
+        Step("w1_sm_graph", ("python3", "-m", *check, "--graph"), 60),
         Step("w2_shared", _torchrun(2, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 150, shared_gpu=True,
              env=shared),
         Step("w4_shared", _torchrun(4, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 180, shared_gpu=True,
