@@ -66,3 +66,14 @@ def test_state_words_and_device_constants_agree():
     for name in ("EPOCH", "TICKETS", "EXITED", "DONE"):
         assert int(defined[f"STATE_{name}"]) == getattr(push, f"STATE_{name}")
     assert push.state_words(4) == push.STATE_DONE + 3 and push.state_words(1) == push.STATE_DONE
+
+
+def test_benchmark_goal_compares_the_faster_push_path_with_its_gemm_alone():
+    from tutorials.allgather_gemm import benchmark
+
+    rows = [{"variant": "ag_gemm/copy_engine", "p50": 1.30, "speed_vs_torch": None},
+            {"variant": "ag_gemm/sm", "p50": 1.04, "speed_vs_torch": None},
+            {"variant": "gemm_alone", "p50": 1.00, "speed_vs_torch": None}]  # fmt: skip
+    verdict = benchmark.goal(rows, world=2)
+    assert verdict["best_variant"] == "ag_gemm/sm" and verdict["met"]
+    assert abs(verdict["ratio_vs_gemm_alone"] - 1.04) < 1e-9
