@@ -25,7 +25,9 @@ for S, whatever stream the next call comes on), and that GEMM waited for the pee
 buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
 Epochs only grow, so flags are never reset. The producer uses no SM (copy engine + stream writes),
 so it progresses while the GEMM fills the GPU. At world 1 there is no workspace and no runtime, and
-no flag is written or checked.
+no flag is written or checked. That is the ``push="copy_engine"`` path (eager only); ``push="sm"``
+pushes from the GEMM's programs with the epoch in device memory, so a call can be captured in a CUDA
+graph, and ``"auto"`` (the default) chooses (``push.py``).
 
 Run the correctness check from the repository root: ``python -m tutorials.allgather_gemm.allgather_gemm``
 (world 1), ``torchrun --nproc_per_node=N -m tutorials.allgather_gemm.allgather_gemm`` (one GPU per
