@@ -116,13 +116,16 @@ def test_steps_whose_pes_share_the_gpu_run_under_mps_started_and_stopped_once(tm
     done = run_suite(["t2", "--out", str(tmp_path / "out")], bin_dir, FAKE_CALLS=str(calls), FAKE_MPS_LOG=str(mps))
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert [s["shared"] for s in steps] == [None, None, "1", "1"]
-    assert [s["symmetric"] for s in steps[2:]] == ["3G", "3G"]
-    assert "--nproc_per_node=4" in steps[3]["args"] and steps[3]["args"][-1].endswith("/w4_shared/correct.json")
+    assert [s["shared"] for s in steps] == [None, None, None] + ["1"] * 8
+    assert [s["symmetric"] for s in steps[3:]] == ["3G"] * 8
+    assert "--nproc_per_node=4" in steps[4]["args"] and steps[4]["args"][-1].endswith("/w4_shared/correct.json")
+    assert steps[2]["args"][-1] == "--graph" and steps[-1]["args"][-1] == "--graph-sequence"
     assert mps.read_text().split("\n")[:2] == ["mps -d ", "mps  quit"]  # on before w2_shared, off at the end
     summary = json.loads((tmp_path / "out" / "t2.json").read_text())
     assert [(s["step"], s["result"]) for s in summary["steps"]] == [
-        ("w1_correct", "PASS"), ("bench_w1", "PASS"), ("w2_shared", "PASS"), ("w4_shared", "PASS")]  # fmt: skip
+        ("w1_correct", "PASS"), ("bench_w1", "PASS"), ("w1_sm_graph", "PASS"), ("w2_shared", "PASS"),
+        ("w4_shared", "PASS"), *((f"w{w}_sm_{mode}", "PASS") for w in (2, 4) for mode in ("eager", "graph",
+                                                                                          "graph_sequence"))]
     assert summary["gpus"] == ["NVIDIA H200, 580.159.04"]
 
 

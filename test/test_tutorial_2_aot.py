@@ -9,7 +9,7 @@ import re
 
 import pytest
 import triton
-from conftest import assert_bounded_wait
+from conftest import assert_bounded_wait, assert_no_spills
 from triton.backends.compiler import GPUTarget
 
 from tutorials.allgather_gemm import aot, schedule
@@ -35,20 +35,21 @@ def test_kernel_compiles_for_sm90_with_wgmma_and_tma(name):
     assert "cp.async.bulk.tensor" in ptx, "A and B must be loaded with TMA"
     assert len(kernel.asm["cubin"]) > 0
     assert kernel.metadata.shared <= schedule.SMEM_LIMIT_BYTES
-    waits = "_wait" in name and "_nowait" not in name
+    waits = "_nowait" not in name  # the copy-engine GEMMs with checks and the SM-push GEMMs
     assert ("ld.acquire.sys" in ptx) == waits
     assert ("fence.proxy.async.global" in ptx) == waits
     if waits:
-        assert_bounded_wait(ptx, _wait_ms_param(ptx))
+        assert_bounded_wait(ptx, _wait_ms_param(ptx, last=2 if name.endswith("_smpush") else 1))
     else:
         assert "%globaltimer" not in ptx and "vprintf" not in ptx
 
 
-def _wait_ms_param(ptx: str) -> str:
-    """The PTX name of the kernels' ``wait_ms``: their last 32-bit parameter (tensor descriptors expand
-    into several PTX parameters, so it has no fixed index; only pointers follow it)."""
+def _wait_ms_param(ptx: str, last: int = 1) -> str:
+    """The PTX name of the kernels' ``wait_ms``: their ``last``-th 32-bit parameter from the end (tensor
+    descriptors expand into several PTX parameters, so it has no fixed index; in the SM-push GEMM only
+    ``shard_bytes`` follows it, in the others only pointers)."""
     header = ptx[ptx.index(".entry") : ptx.index(")", ptx.index(".entry"))]
-    return re.findall(r"\.param \.[ub]32 (\w+)", header)[-1]
+    return re.findall(r"\.param \.[ub]32 (\w+)", header)[-last]
 
 
 def test_wait_all_kernel_inlines_the_bounded_wait():
@@ -116,3 +117,20 @@ def test_peer_a_loads_depend_on_the_wait_and_local_ones_do_not_wait():
         assert reaches(row, set()), f"A load at row {row} does not depend on the wait"
     for row in load_rows("local_desc"):
         assert not reaches(row, set()), f"local A load at row {row} depends on a wait"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sm_push_gemm_pushes_with_vectors_and_release_flags_without_spills(dtype, tmp_path):
+    """The SM-push GEMM: peers reached through nvshmem_ptr (NVSHMEM's device state linked in), 16-byte
+    vector copies, one st.release.sys per raised flag after a system fence, ticket and completion counters
+    as atomics, the same software pipeline as the copy-engine GEMM with waits, and no spills."""
+    kernel = _compiled(f"ag_gemm_{dtype}_smpush")
+    ptx = kernel.asm["ptx"]
+    assert "nvshmemi_device_state_d" in ptx
+    assert re.search(r"st(\.global)?\.v4\.b32", ptx) and re.search(r"ld(\.global)?(\.nc)?\.v4\.b32", ptx)
+    assert ptx.count("st.release.sys.b32") == 1 and "membar.sys" in ptx
+    assert len(re.findall(r"atom(\.global)?\.add\.u32", ptx)) == 3  # tickets, chunks done, warps exited
+    assert kernel.metadata.shared <= schedule.SMEM_LIMIT_BYTES
+    ttgir = kernel.asm["ttgir"]
+    assert _pipeline_shape(ttgir) == _pipeline_shape(_compiled(f"ag_gemm_{dtype}_wait").asm["ttgir"])
+    assert_no_spills(ptx, tmp_path)

@@ -189,16 +189,28 @@ def t1_sweep(gpus: int) -> Suite:
 
 def t2(gpus: int) -> Suite:
     """Tutorial 2 on one GPU: the five shapes in bf16 and fp16 at world 1, the benchmark of every candidate
-    config against torch.matmul, then the five shapes with 2 and 4 PEs sharing the GPU."""
+    config against torch.matmul, then the five shapes with 2 and 4 PEs sharing the GPU; then the SM push
+    path at world 1, 2 and 4 (shared GPU), eager and in CUDA graphs."""
     shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo",
               "NVSHMEM_SYMMETRIC_SIZE": "3G"}  # 2*world*m*k*2 bytes: 1.9 GB at world 4, k=28672  # fmt: skip
+    # The SM push path (capturable): eager, one call captured and replayed with random skew, and the six-call
+    # skew check captured as one graph, at two shapes that fit the suite's time (world 1: no push, graphs only).
+    small = ("--push", "sm", "--dtypes", "bfloat16", "--shapes", "1024x1024x1024", "4096x1024x8192")
+    check = (f"{T2}.allgather_gemm", *small, "--json", "{dir}/correct.json")
+    sm_push = []
+    for w in (2, 4):
+        sm_push += [Step(f"w{w}_sm_{name}", _torchrun(w, *check, *flags), 60 + 20 * w, shared_gpu=True, env=shared)
+                    for name, flags in (("eager", ()), ("graph", ("--graph",)),
+                                        ("graph_sequence", ("--graph-sequence",)))]  # fmt: skip
     return Suite("t2", [
         Step("w1_correct", ("python3", "-m", f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 110),
         Step("bench_w1", ("python3", "-m", f"{T2}.benchmark", "--configs", "all", "--out", "{dir}"), 110),
+        Step("w1_sm_graph", ("python3", "-m", *check, "--graph"), 60),
         Step("w2_shared", _torchrun(2, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 150, shared_gpu=True,
              env=shared),
         Step("w4_shared", _torchrun(4, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 180, shared_gpu=True,
              env=shared),
+        *sm_push,
     ], budget_s=480)  # fmt: skip
 
 

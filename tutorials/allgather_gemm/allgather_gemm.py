@@ -25,7 +25,9 @@ for S, whatever stream the next call comes on), and that GEMM waited for the pee
 buffer ``e % 2`` there. So a rank may run one call ahead of a peer, never two.
 Epochs only grow, so flags are never reset. The producer uses no SM (copy engine + stream writes),
 so it progresses while the GEMM fills the GPU. At world 1 there is no workspace and no runtime, and
-no flag is written or checked.
+no flag is written or checked. That is the ``push="copy_engine"`` path (eager only); ``push="sm"``
+pushes from the GEMM's programs with the epoch in device memory, so a call can be captured in a CUDA
+graph, and ``"auto"`` (the default) chooses (``push.py``).
 
 Run the correctness check from the repository root: ``python -m tutorials.allgather_gemm.allgather_gemm``
 (world 1), ``torchrun --nproc_per_node=N -m tutorials.allgather_gemm.allgather_gemm`` (one GPU per
@@ -53,8 +55,9 @@ from ..common import op_registry
 from ..common.ranks import every_rank
 from ..common.timing import SLEEP_CYCLES_PER_US
 from . import reference
-from .kernels import ag_gemm_kernel, ag_wait_all_kernel
-from .schedule import DEFAULT_CONFIG, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order
+from .kernels import ag_gemm_kernel, ag_gemm_sm_push_kernel, ag_wait_all_kernel
+from .push import PUSH_CHOICES, STATE_EPOCH, Push, choose_push, state_words
+from .schedule import DEFAULT_CONFIG, ELEMENT_BYTES, WORKSPACE_BUFFERS, GemmConfig, check_shapes, push_order
 from .stream_ops import write_flag
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -101,6 +104,24 @@ def gemm_launch(
     return grid, args, kwargs
 
 
+def sm_push_launch(
+    config: GemmConfig, local_desc: TensorDescriptor, buffers_desc: TensorDescriptor, b: torch.Tensor,
+    out: torch.Tensor, a: torch.Tensor, workspace: torch.Tensor, ready: torch.Tensor, state: torch.Tensor, *,
+    rank: int, world: int, wait_ms: int, num_sms: int,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """The grid, arguments and keyword arguments of ``ag_gemm_sm_push_kernel``: :func:`gemm_launch`'s GEMM
+    with waits, reading the peers' rows from ``buffers_desc`` (both workspace buffers as one
+    [2 * world * m_per_rank, k] matrix), whose programs first push ``a`` into the symmetric ``workspace``
+    and raise the symmetric ``ready`` flags, with the epoch in ``state`` (push.py's state words)."""
+    grid, args, kwargs = gemm_launch(config, local_desc, buffers_desc, b, out, ready, epoch=0, rank=rank, world=world,
+                                     wait_ms=wait_ms, num_sms=num_sms, wait=True)  # fmt: skip
+    local, buffers, b_desc, c_desc, _, _, _, _, m_per_rank, n, k, _ = args
+    del kwargs["WAIT"]
+    shard_bytes = m_per_rank * k * ELEMENT_BYTES
+    return grid, (local, buffers, b_desc, c_desc, a, workspace, ready, state, rank, world, m_per_rank, n, k, wait_ms,
+                  shard_bytes), kwargs  # fmt: skip
+
+
 def refuse_graph_capture(what: str) -> None:
     """Raise RuntimeError when the current stream is capturing a CUDA graph.
 
@@ -120,14 +141,20 @@ class AllGatherGEMM:
     ``group``: the torch.distributed group of the ranks (default group; none at all for one
     process). With more than one rank, NVSHMEM is initialised over ``group`` if it is not yet
     (``triton_raw_ext.runtime.init``). ``config``: the GEMM's tiles; ``m_per_rank`` must be a
-    multiple of ``config.block_m``. ``handle`` reaches it from the custom op
-    ``triton_raw_ext::allgather_gemm`` (torch_op) until :meth:`close`.
+    multiple of ``config.block_m``. ``push``: how the shard reaches the peers at world > 1,
+    ``"copy_engine"`` (eager only), ``"sm"`` (CUDA-graph capturable) or ``"auto"`` (push.py).
+    ``handle`` reaches it from the custom op ``triton_raw_ext::allgather_gemm`` (torch_op) until
+    :meth:`close`.
     """
 
     def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
-                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG) -> None:
+                 group: Any = None, config: GemmConfig = DEFAULT_CONFIG, push: Push = "auto") -> None:
         if dtype not in DTYPES.values():
             raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+        if push not in PUSH_CHOICES:
+            raise ValueError(f"push must be one of {', '.join(PUSH_CHOICES)}, got {push!r}")
+        self.push = push
+        self._host_epoch_known = True  # until a capture: replays advance the device epoch only
         check_shapes(m_per_rank, n_per_rank, k, config)
         self.m_per_rank, self.n, self.k, self.dtype, self.config = m_per_rank, n_per_rank, k, dtype, config
         self.device = torch.device("cuda", torch.cuda.current_device())
@@ -160,12 +187,22 @@ class AllGatherGEMM:
         self._push_flags: list[int] = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
         self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
                                 for buf in self.workspace]
+        self._buffers_desc = TensorDescriptor.from_tensor(self.workspace.view(-1, k), [config.block_m, config.block_k])
+        self._state = torch.zeros(state_words(self.world), dtype=torch.int32, device=self.device)  # push.py STATE_*
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
         self.handle = op_registry.register(self)
 
     def close(self) -> None:
         """Unregister the handle (idempotent); the workspace is freed with the last reference."""
         op_registry.unregister(self.handle)
+
+    def _require_host_epoch(self, what: str) -> None:
+        """Raise RuntimeError naming ``what`` once the operator was captured in a CUDA graph: its replays
+        advance the epoch on the device only, and ``what`` needs it on the host."""
+        if not self._host_epoch_known:
+            raise RuntimeError(f"AllGatherGEMM.{what} needs the host to know the call epoch, which it does not once "
+                               "the operator was captured in a CUDA graph (replays advance it on the device): use "
+                               "a separate AllGatherGEMM for eager calls")
 
     def _check(self, *inputs: tuple[str, torch.Tensor, tuple[int, int]]) -> None:
         """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous
@@ -187,6 +224,8 @@ class AllGatherGEMM:
             for remote_slot, remote_flag in zip(self._push_slots[buf], self._push_flags, strict=True):
                 remote_slot.copy_(a)
                 write_flag(self._side, remote_flag, self.epoch)
+            # The device epoch follows, so that a later SM-push call (auto, captured) continues the sequence.
+            write_flag(self._side, self._state.data_ptr() + 4 * STATE_EPOCH, self.epoch)
         return buf
 
     def _finish_epoch(self) -> None:
@@ -225,7 +264,16 @@ class AllGatherGEMM:
         if self.world == 1:  # no peer tiles: the kernel without checks
             self._launch(local_desc, local_desc, b, out, wait=False)
             return out
-        refuse_graph_capture("AllGatherGEMM.__call__")
+        capturing = torch.cuda.is_current_stream_capturing()
+        shard_bytes = self.m_per_rank * self.k * ELEMENT_BYTES
+        if choose_push(self.push, self.world, capturing, shard_bytes, self._host_epoch_known) == "sm":
+            self._host_epoch_known &= not capturing
+            self.epoch += 1  # the host's copy of the device epoch, exact while no graph replays
+            grid, args, kwargs = sm_push_launch(self.config, local_desc, self._buffers_desc, b, out, a, self.workspace,
+                                                self.ready, self._state, rank=self.rank, world=self.world,
+                                                wait_ms=self.wait_ms, num_sms=self.num_sms)  # fmt: skip
+            ag_gemm_sm_push_kernel[grid](*args, **kwargs)
+            return out
         buf = self._produce(a)
         self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
         self._finish_epoch()
@@ -241,6 +289,7 @@ class AllGatherGEMM:
         if self.world == 1:
             return a
         refuse_graph_capture("AllGatherGEMM.all_gather")
+        self._require_host_epoch("all_gather()")
         buf = self._produce(a)
         gathered = self.workspace[buf]
         gathered[self._own_rows].copy_(a)
@@ -260,6 +309,8 @@ class AllGatherGEMM:
         self._check(("gathered", gathered, (self.world * self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
         if checks and (self.world == 1 or self.epoch == 0):
             raise ValueError("gemm(checks=True) needs world > 1 and a completed call whose flags it re-checks")
+        if checks:
+            self._require_host_epoch("gemm(checks=True)")
         local = gathered[self._own_rows]
         out = self._output(out)
         self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
@@ -288,7 +339,8 @@ CHECK_PERIOD = 3
 SKEW_US = 300
 
 
-def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig) -> dict:
+def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig,
+                push: Push = "auto", in_graph: bool = False) -> dict:
     """Run one operator on inputs X, Y, Z, X, Y, Z back to back, ranks skewed, and compare with the
     reference.
 
@@ -296,31 +348,97 @@ def check_shape(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, conf
     rank that runs ahead and overwrites a peer's buffer still in use shows as an error, and calls
     4-6 must equal calls 1-3 bit for bit (a difference between identical runs points at a race).
     ``all_gather()`` is checked after the last call: it must return the gathered A exactly.
+    ``in_graph``: the six calls and their skew are captured as one CUDA graph (after one eager call that
+    loads the kernels), replayed twice, and the second replay is checked; ``all_gather()`` (eager only,
+    and it needs the host epoch) is not.
     """
     m, n, k = shape
-    op = AllGatherGEMM(m, n, k, dtype, config=config)
+    op = AllGatherGEMM(m, n, k, dtype, config=config, push=push)
     rank, world = op.rank, op.world
     tol = reference.TOLERANCE[dtype]
     inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device)
               for call in sorted(set(CHECK_CALL_INPUTS))}
     outputs = [torch.full((world * m, n), float("nan"), dtype=dtype, device=op.device) for _ in CHECK_CALL_INPUTS]
     torch.cuda.synchronize()
-    for i, (call, out) in enumerate(zip(CHECK_CALL_INPUTS, outputs, strict=True)):
-        if world > 1 and (i + rank) % 2:
-            torch.cuda._sleep(SKEW_US * SLEEP_CYCLES_PER_US)
-        op(*inputs[call], out=out)
+
+    def six_calls() -> None:
+        for i, (call, out) in enumerate(zip(CHECK_CALL_INPUTS, outputs, strict=True)):
+            if world > 1 and (i + rank) % 2:
+                torch.cuda._sleep(SKEW_US * SLEEP_CYCLES_PER_US)
+            op(*inputs[call], out=out)
+
+    if in_graph:
+        op(*inputs[0], out=outputs[0])  # loads the kernels outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            six_calls()
+        graph.replay()
+        for out in outputs:
+            out.fill_(float("nan"))
+        graph.replay()
+    else:
+        six_calls()
     references = {call: _reference_gathered(inputs[call][0], shape, dtype, seed, call, world)
                   for call in sorted(set(CHECK_CALL_INPUTS))}
     errors = [reference.relative_error(out, reference.reference(references[call], inputs[call][1]))
               for call, out in zip(CHECK_CALL_INPUTS, outputs, strict=True)]
-    gathered_equal = bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
+    gathered_equal = None if in_graph else bool(torch.equal(op.all_gather(inputs[0][0]), references[0]))
     torch.cuda.synchronize()
     repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + CHECK_PERIOD]))
                        for i in range(len(outputs) - CHECK_PERIOD))
-    ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal  # NaN compares False
+    ok = all(e <= tol for e in errors) and repeat_equal and gathered_equal is not False  # NaN compares False
     return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
             "rel_errors": errors, "tolerance": tol, "repeat_bitwise_equal": repeat_equal,
-            "all_gather_exact": gathered_equal, "ok": ok, "config": config.describe()}
+            "all_gather_exact": gathered_equal, "push": push, "ok": ok, "config": config.describe()}
+
+
+GRAPH_REPLAYS = 20
+
+
+def check_graph(shape: tuple[int, int, int], dtype: torch.dtype, seed: int, config: GemmConfig, push: Push) -> dict:
+    """Capture one call of an operator in a CUDA graph and replay it :data:`GRAPH_REPLAYS` times.
+
+    Before each replay the static inputs take call ``i % 3``'s (X, Y, Z, ...) and the stream sleeps a
+    random 0-2x :data:`SKEW_US` drawn per rank and replay, so ranks drift apart; nothing synchronises
+    between replays. Every replay's output must match its reference, and replays ``i`` and ``i + 3``
+    must agree bit for bit: N replays must behave as N eager calls (the device epoch advances).
+    """
+    import random
+
+    m, n, k = shape
+    op = AllGatherGEMM(m, n, k, dtype, config=config, push=push)
+    rank, world = op.rank, op.world
+    inputs = {call: reference.make_inputs(m, n, k, dtype, seed, call, rank, op.device) for call in range(CHECK_PERIOD)}
+    a, b = (t.clone() for t in inputs[0])
+    out = torch.empty((world * m, n), dtype=dtype, device=op.device)
+    op(a, b, out=out)  # compiles and loads the kernels outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(a, b, out=out)
+    rng = random.Random(seed * 1000 + rank)
+    outputs = []
+    torch.cuda.synchronize()
+    for i in range(GRAPH_REPLAYS):
+        a.copy_(inputs[i % CHECK_PERIOD][0])
+        b.copy_(inputs[i % CHECK_PERIOD][1])
+        if world > 1:
+            torch.cuda._sleep(int(rng.uniform(0, 2 * SKEW_US) * SLEEP_CYCLES_PER_US))
+        out.fill_(float("nan"))
+        graph.replay()
+        outputs.append(out.clone())
+    references = {call: reference.reference(_reference_gathered(inputs[call][0], shape, dtype, seed, call, world),
+                                            inputs[call][1]) for call in range(CHECK_PERIOD)}  # fmt: skip
+    errors = [reference.relative_error(o, references[i % CHECK_PERIOD]) for i, o in enumerate(outputs)]
+    torch.cuda.synchronize()
+    repeat_equal = all(bool(torch.equal(outputs[i], outputs[i + CHECK_PERIOD]))
+                       for i in range(len(outputs) - CHECK_PERIOD))
+    tol = reference.TOLERANCE[dtype]
+    ok = all(e <= tol for e in errors) and repeat_equal
+    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "world": world, "rank": rank,
+            "graph_replays": GRAPH_REPLAYS, "push": push, "rel_errors": errors, "tolerance": tol,
+            "repeat_bitwise_equal": repeat_equal, "ok": ok, "config": config.describe()}
 
 
 def print_table(rows: list[dict]) -> None:
@@ -350,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the rows of every rank here (rank 0 writes)")
+    parser.add_argument("--push", choices=PUSH_CHOICES, default="auto", help="the operator's push path (push.py)")
+    graph = parser.add_mutually_exclusive_group()
+    graph.add_argument("--graph", action="store_true",
+                       help=f"capture one call in a CUDA graph and check {GRAPH_REPLAYS} skewed replays")
+    graph.add_argument("--graph-sequence", action="store_true",
+                       help="capture the six skewed calls of the check in one CUDA graph and check a replay")
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
@@ -366,7 +490,11 @@ def main(argv: list[str] | None = None) -> int:
             label = f"rank {os.environ.get('RANK', '0')}: {'x'.join(map(str, shape))} {dtype_name}"
             print(f"{label}: started", file=sys.stderr, flush=True)  # a timeout or trap shows which shape
             try:
-                row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG)
+                if args.graph:
+                    row = check_graph(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG, args.push)
+                else:
+                    row = check_shape(shape, DTYPES[dtype_name], args.seed, DEFAULT_CONFIG, args.push,
+                                      in_graph=args.graph_sequence)
             except (ValueError, RuntimeError) as e:
                 row = {"shape": list(shape), "dtype": dtype_name, "ok": False, "error": str(e)[:400]}
             row["seconds"] = round(time.perf_counter() - t0, 2)

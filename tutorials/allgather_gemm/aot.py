@@ -2,7 +2,8 @@
 
 ``kernels()`` is the contract the project's main job uses: it compiles each source for sm_90 on
 machines without a GPU. The list covers both dtypes, the GEMM with and without its ready-flag
-waits, every candidate config the benchmark may pick, and ``all_gather()``'s wait kernel.
+waits, every candidate config the benchmark may pick, the SM-push GEMM (both dtypes), and
+``all_gather()``'s wait kernel.
 ``options_for(name)`` gives the ``triton.compile`` options the operator launches that kernel with
 (its warps and stages); every kernel also compiles with Triton's default options. ``python -m
 tutorials.allgather_gemm.aot`` compiles them all for sm_90 and prints a table.
@@ -26,8 +27,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from triton_raw_ext.knobs import wait_timeout_ms
 
 from ..common.aot import compile_and_print, launch_source
-from .allgather_gemm import DTYPES, gemm_launch
-from .kernels import ag_gemm_kernel, ag_wait_all_kernel
+from .allgather_gemm import DTYPES, gemm_launch, sm_push_launch
+from .kernels import ag_gemm_kernel, ag_gemm_sm_push_kernel, ag_wait_all_kernel
+from .push import state_words
 from .schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, GemmConfig
 
 H200_SMS = 132
@@ -51,6 +53,19 @@ def gemm_source(dtype: str = "bfloat16", config: GemmConfig = DEFAULT_CONFIG, wa
     return launch_source(ag_gemm_kernel, *args, **kwargs)
 
 
+def sm_push_source(dtype: str = "bfloat16", num_sms: int = H200_SMS) -> tuple[ASTSource, dict[str, Any]]:
+    """(source, launch options) of the SM-push GEMM as ``AllGatherGEMM.__call__`` launches it."""
+    m, n, k = SHAPE
+    config = DEFAULT_CONFIG
+    a, workspace = _meta(m, k, dtype=DTYPES[dtype]), _meta(2, WORLD * m, k, dtype=DTYPES[dtype])
+    descs = [TensorDescriptor.from_tensor(t, [config.block_m, config.block_k]) for t in (a, workspace.view(-1, k))]
+    b, out = _meta(k, n, dtype=DTYPES[dtype]), _meta(WORLD * m, n, dtype=DTYPES[dtype])
+    ready, state = _meta(WORLD, dtype=torch.int32), _meta(state_words(WORLD), dtype=torch.int32)
+    _, args, kwargs = sm_push_launch(config, *descs, b, out, a, workspace, ready, state, rank=RANK, world=WORLD,
+                                     wait_ms=wait_timeout_ms(), num_sms=num_sms)  # fmt: skip
+    return launch_source(ag_gemm_sm_push_kernel, *args, **kwargs)
+
+
 def wait_all_source() -> ASTSource:
     """``all_gather()``'s wait kernel, launched with Triton's default options."""
     ready = _meta(WORLD, dtype=torch.int32)
@@ -63,6 +78,8 @@ def _gemms() -> dict[str, tuple[ASTSource, dict[str, Any]]]:
              for dtype in DTYPES for wait in (True, False)}  # fmt: skip
     for i, config in enumerate(CANDIDATE_CONFIGS[1:], start=1):
         gemms[f"ag_gemm_bfloat16_wait_cfg{i}"] = gemm_source("bfloat16", config)
+    for dtype in DTYPES:
+        gemms[f"ag_gemm_{dtype}_smpush"] = sm_push_source(dtype)
     return gemms
 
 
@@ -75,6 +92,8 @@ def options_for(name: str) -> dict[str, Any]:
     """The launch options of kernel ``name`` from :func:`kernels` (``..._cfg<i>``: candidate i)."""
     if name == "ag_wait_all":
         return {"num_warps": 4}  # Triton's default, which all_gather() launches it with
+    if name.endswith("_smpush"):
+        return sm_push_source(name.removeprefix("ag_gemm_").removesuffix("_smpush"))[1]
     match = re.fullmatch(r"ag_gemm_(\w+?)_(wait|nowait)(?:_cfg(\d+))?", name)
     if match is None:
         raise KeyError(f"{name!r} is not a Tutorial 2 kernel; kernels() lists them")

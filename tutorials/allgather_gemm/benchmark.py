@@ -10,7 +10,10 @@ per repeat, reported as p50/p90/p99, with each variant's host enqueue time and w
 sleep before the timed call (``--host-lead-us``) covered it. The torch baseline is
 ``all_gather_into_tensor`` + ``matmul`` where NCCL can run, ``torch.matmul`` alone at world 1 (the
 all-gather of one rank is empty), and absent in shared-GPU mode (NCCL refuses two ranks on one GPU).
-``--configs all`` times every candidate tile config of ``schedule.CANDIDATE_CONFIGS``; ``--shapes``
+``--configs all`` times every candidate tile config of ``schedule.CANDIDATE_CONFIGS``; ``--push both``
+times AG-GEMM with the SM push and with the copy engine side by side (``ag_gemm/sm``,
+``ag_gemm/copy_engine``) and prints their ratio, whose crossover over ``--shapes`` sets
+``push.SM_PUSH_MAX_SHARD_BYTES``; ``--shapes``
 takes one or more shapes, timed one after the other in the same processes. Writes one JSON per shape
 to ``--out`` (a folder), with the shape's goal (:func:`goal`: one at world 1, one at
 world > 1); exits 2 when a goal is not met.
@@ -34,10 +37,12 @@ from ..common.run_metadata import run_metadata
 from ..common.timing import rank_max, summarize
 from . import reference
 from .allgather_gemm import DTYPES, TUTORIAL_SHAPES, AllGatherGEMM, _parse_shape
+from .push import PUSH_CHOICES
 from .schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, gemm_flops
 
 GOAL_RATIO = 0.90  # world 1: best AG-GEMM at least this fraction of torch.matmul's speed
 GOAL_VS_GEMM_ALONE = 1.05  # world > 1: best AG-GEMM total at most this times its GEMM alone
+PUSH_PATHS = ("copy_engine", "sm")  # what --push both times side by side
 
 
 def goal(rows: list[dict], world: int) -> dict | None:
@@ -54,7 +59,7 @@ def goal(rows: list[dict], world: int) -> dict | None:
             return None
         return {"ratio_best": best["speed_vs_torch"], "best_variant": best["variant"], "target": GOAL_RATIO,
                 "met": best["speed_vs_torch"] >= GOAL_RATIO}
-    alone_name = best["variant"].replace("ag_gemm", "gemm_alone", 1)
+    alone_name = best["variant"].split("/")[0].replace("ag_gemm", "gemm_alone", 1)
     alone = next(r for r in rows if r["variant"] == alone_name)
     ratio = best["p50"] / alone["p50"]
     return {"ratio_vs_gemm_alone": ratio, "best_variant": best["variant"], "target": GOAL_VS_GEMM_ALONE,
@@ -74,13 +79,16 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
     a, b = reference.make_inputs(m, n, k, dtype, 0, 0, rank, "cuda")
     out = torch.empty(world * m, n, dtype=dtype, device="cuda")
     configs = CANDIDATE_CONFIGS if args.configs == "all" else (DEFAULT_CONFIG,)
+    pushes = (PUSH_PATHS if world > 1 else ("auto",)) if args.push == "both" else (args.push,)
 
     variants: dict[str, Callable[[], object]] = {}
     for i, cfg in enumerate(configs):
-        op = AllGatherGEMM(m, n, k, dtype, config=cfg)
+        ops = {p: AllGatherGEMM(m, n, k, dtype, config=cfg, push=p) for p in pushes}  # type: ignore[arg-type]
+        op = ops[pushes[0]]
         gathered = op.all_gather(a).clone()
         tag = "" if args.configs == "default" else f"[cfg{i}]"
-        variants[f"ag_gemm{tag}"] = lambda op=op: op(a, b, out=out)
+        for p, push_op in ops.items():
+            variants[f"ag_gemm{tag}" + (f"/{p}" if len(ops) > 1 else "")] = lambda op=push_op: op(a, b, out=out)
         variants[f"gemm_alone{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out)
         if world > 1:  # the same with the ready checks (all flags up): their cost without the overlap
             variants[f"gemm_checked{tag}"] = lambda op=op, g=gathered: op.gemm(g, b, out=out, checks=True)
@@ -141,6 +149,12 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
             late = "" if r["host_lead_covered"] else f"  (host enqueue > the {args.host_lead_us:.0f} us lead: timed)"
             print(f"{r['variant']:>26} {r['p50']:>8.3f} {r['p90']:>8.3f} {r['p99']:>8.3f} {tf:>8} {vs:>8} "
                   f"{r['host_enqueue_ms']['max']:>8.3f}{late}")
+        for tag in ([""] if args.configs == "default" else [f"[{t}]" for t in config_names]):
+            by_path = {p: next((r for r in rows if r["variant"] == f"ag_gemm{tag}/{p}"), None) for p in PUSH_PATHS}
+            if all(by_path.values()):
+                sm, ce = by_path["sm"]["p50"], by_path["copy_engine"]["p50"]
+                print(f"push ag_gemm{tag}: sm {sm:.3f} ms, copy_engine {ce:.3f} ms, sm/copy_engine {sm / ce:.3f} "
+                      f"-> {'sm' if sm < ce else 'copy_engine'} faster (shard {m * k * 2 / 2**20:.1f} MiB)")
         if verdict and world == 1:
             print(f"goal >= {GOAL_RATIO:.2f}x torch.matmul: best {verdict['best_variant']} at "
                   f"{verdict['ratio_best']:.3f}x -> {'MET' if verdict['met'] else 'NOT MET'}")
@@ -151,7 +165,7 @@ def bench_shape(shape: tuple[int, int, int], args: argparse.Namespace, rank: int
         stamp = datetime.datetime.now(datetime.timezone.utc)
         result = {
             **run_metadata(), "world": world, "shape": [m, n, k],
-            "dtype": args.dtype, "configs": config_names, "rows": rows, "goal": verdict,
+            "dtype": args.dtype, "configs": config_names, "push": args.push, "rows": rows, "goal": verdict,
             "host_lead_us": args.host_lead_us,
             "shared_gpu": os.environ.get("TRITON_RAW_SHARED_GPU", ""),
         }  # fmt: skip
@@ -168,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                         " ".join("x".join(map(str, s)) for s in TUTORIAL_SHAPES) + ")")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     parser.add_argument("--configs", choices=("default", "all"), default="default")
+    parser.add_argument("--push", choices=(*PUSH_CHOICES, "both"), default="auto",
+                        help="the operators' push path; 'both' times the SM and copy-engine paths side by side "
+                             "(world > 1) to read the crossover that push.SM_PUSH_MAX_SHARD_BYTES sets")
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per variant and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)

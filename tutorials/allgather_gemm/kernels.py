@@ -16,6 +16,10 @@ The returned 0 is added to the A row offset, so every TMA load of the tile depen
 the IR and Triton's pipeliner keeps it after the wait. ``WAIT=False`` is the same GEMM without the
 checks (the "GEMM alone" baseline, on an already gathered A).
 
+``ag_gemm_sm_push_kernel`` is the same walk behind the SM push (``push.py``): its programs push the
+shard and raise the peers' flags first (raw CUDA ``ag_push_shard``), and the epoch and buffer come
+from device memory, so the launch can be captured in a CUDA graph.
+
 Contract: ``m_per_rank % BLOCK_M == 0`` (a tile never spans two ranks); K and N may be ragged
 (TMA zero-fills loads and clips stores).
 """
@@ -31,6 +35,10 @@ from triton_raw_ext import dialect
 
 @dialect(name="cuda", file="ag_gemm-device.cu")
 def ag_wait_ready(flag, epoch, rank, src, timeout_ms): ...
+
+
+@dialect(name="cuda", file="ag_push-device.cu", library="nvshmem")
+def ag_push_shard(a, workspace_sym, ready_sym, state, rank, world, shard_bytes): ...
 
 
 @triton.jit
@@ -69,12 +77,13 @@ def _gemm_tile(a_desc, offs_am, b_desc, c_desc, offs_m, offs_n, k_tiles, BLOCK_M
         c_desc.store([offs_m, offs_n], acc.to(dtype))
 
 
-@triton.jit(do_not_specialize=["epoch", "rank", "wait_ms"])
-def ag_gemm_kernel(
-    local_desc, gathered_desc, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K, wait_ms,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_SMS: tl.constexpr, WAIT: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
-):  # fmt: skip
+@triton.jit
+def _gemm_walk(local_desc, gathered_desc, buffer_rows, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank,
+               N, K, wait_ms, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, WAIT: tl.constexpr, FLATTEN: tl.constexpr,
+               EPILOGUE_SUBTILE: tl.constexpr):  # fmt: skip
+    """This program's tiles: the local ones from ``local_desc``, then the peers' from ``gathered_desc``
+    at ``buffer_rows`` + their rows, each after its wait for ``ready[src] >= epoch`` (``WAIT``)."""
     m_tiles_per_rank = m_per_rank // BLOCK_M
     num_pid_n = tl.cdiv(N, BLOCK_N)
     local_tiles = m_tiles_per_rank * num_pid_n
@@ -92,11 +101,38 @@ def ag_gemm_kernel(
     for tile in tl.range(first_remote, num_tiles, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n, src = _tile_coords(tile, rank, world, m_tiles_per_rank, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M
-        offs_am = offs_m
+        offs_am = buffer_rows + offs_m
         if WAIT:
             offs_am += raw.call(ag_wait_ready, [ready_ptr + src, epoch, rank, src, wait_ms])
         _gemm_tile(gathered_desc, offs_am, b_desc, c_desc, offs_m, pid_n * BLOCK_N, k_tiles, BLOCK_M, BLOCK_N,
                    BLOCK_K, EPILOGUE_SUBTILE)
+
+
+@triton.jit(do_not_specialize=["epoch", "rank", "wait_ms"])
+def ag_gemm_kernel(
+    local_desc, gathered_desc, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K, wait_ms,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, WAIT: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+):  # fmt: skip
+    _gemm_walk(local_desc, gathered_desc, 0, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank, N, K,
+               wait_ms, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_SMS, WAIT, FLATTEN, EPILOGUE_SUBTILE)
+
+
+@triton.jit(do_not_specialize=["rank", "wait_ms"])
+def ag_gemm_sm_push_kernel(
+    local_desc, gathered_desc, b_desc, c_desc, a_ptr, workspace_ptr, ready_ptr, state_ptr, rank, world, m_per_rank,
+    N, K, wait_ms, shard_bytes, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+):  # fmt: skip
+    """The SM push path (push.py): every program first takes its part of pushing ``a_ptr`` (this rank's
+    shard, ``shard_bytes``) into the peers' symmetric ``workspace_ptr`` and raising their ``ready_ptr``
+    flags (raw ``ag_push_shard``, which returns the call's epoch from ``state_ptr`` in device memory),
+    then runs the walk of ``ag_gemm_kernel`` with that epoch, reading buffer ``epoch % 2`` of
+    ``gathered_desc`` (both buffers, [2 * world * m_per_rank, K])."""
+    epoch = raw.call(ag_push_shard, [a_ptr, workspace_ptr, ready_ptr, state_ptr, rank, world, shard_bytes])
+    buffer_rows = (epoch % 2) * world * m_per_rank
+    _gemm_walk(local_desc, gathered_desc, buffer_rows, b_desc, c_desc, ready_ptr, epoch, rank, world, m_per_rank,
+               N, K, wait_ms, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_SMS, True, FLATTEN, EPILOGUE_SUBTILE)
 
 
 @triton.jit(do_not_specialize=["epoch", "rank", "wait_ms"])
