@@ -102,6 +102,29 @@ def test_nvshmem_kernel_links_nvshmem_once():
 
 
 @requires_nvshmem
+def test_nvshmem_kernel_keeps_tritons_math_intrinsics():
+    """Linking NVSHMEM re-reads the kernel with llvmlite's newer LLVM, which renames Triton 3.6's exp2
+    intrinsic; the kernel must still assemble, with the exp2 instruction and no call left."""
+    c = aot(k.sigmoid_if_reachable_kernel, {"x": "*fp32", "sym": "*i32", "pe": "i32", "BLOCK": "constexpr"},
+            {"BLOCK": 128})  # fmt: skip
+    assert_raw_inlined(c)
+    ptx = c.asm["ptx"]
+    assert "ex2.approx" in ptx and not re.search(r"\.extern \.func[^;]*\bllvm\.", ptx)
+    assert_nvshmem_linked(c)
+
+
+def test_intrinsic_names_come_back_as_the_kernel_had_them():
+    before = "declare float @llvm.nvvm.ex2.approx.f(float)\ndeclare i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n"
+    after = (
+        "  %y = call float @llvm.nvvm.ex2.approx.f32(float %x)\ndeclare float @llvm.nvvm.ex2.approx.f32(float)\n"
+        "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()\ndeclare float @llvm.nvvm.fma.rn.f(float, float, float)\n"
+    )
+    restored = nvshmem_link.restore_intrinsic_names(before, after)
+    assert "@llvm.nvvm.ex2.approx.f(" in restored and "ex2.approx.f32" not in restored
+    assert "@llvm.nvvm.fma.rn.f(" in restored  # the library's own intrinsics are left alone
+
+
+@requires_nvshmem
 def test_nvshmem_put_get_kernel_links_block_put_and_get():
     c = aot(k.put_get_kernel, {"buf": "*i32", "got": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 1024})
     assert_raw_inlined(c)

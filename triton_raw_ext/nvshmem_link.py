@@ -26,6 +26,7 @@ from .toolchain import usable_nvlink
 _DECLARED_NVSHMEM = re.compile(
     rf"^declare [^@\n]*@((?:{'|'.join(map(re.escape, NVSHMEM_PREFIXES))})\w*)\(", re.MULTILINE
 )
+_DECLARED_INTRINSIC = re.compile(r"^declare [^@\n]*@(llvm\.[\w.]+)\(", re.MULTILINE)
 
 
 def nvshmem_symbols_declared(llir: str) -> list[str]:
@@ -55,4 +56,23 @@ def link_nvshmem(llir: str, arch: int, cpu: str, metadata: dict) -> str:
     metadata["raw_nvshmem"] = symbols
     metadata["raw_nvshmem_objects"] = separate
     metadata["raw_nvshmem_link_s"] = round(time.perf_counter() - start, 4)
-    return triton_compat(str(kernel), drop_flags=False)
+    return restore_intrinsic_names(llir, triton_compat(str(kernel), drop_flags=False))
+
+
+def restore_intrinsic_names(before: str, after: str) -> str:
+    """``after`` with the intrinsics that parsing ``before`` with llvmlite renamed given their names in
+    ``before`` again.
+
+    llvmlite's LLVM (22.1) upgrades intrinsic names it knows under a newer spelling: Triton 3.6's
+    ``llvm.nvvm.ex2.approx.f`` (``tl.exp``, ``tl.sigmoid``) comes back as ``llvm.nvvm.ex2.approx.f32``,
+    which Triton's own LLVM does not know, and ptxas then meets a call of an undefined function. An
+    intrinsic ``before`` declared that ``after`` lacks is given back its name where ``after`` declares a
+    new intrinsic whose name extends it; the names are the ones Triton's LLVM wrote, so it reads them.
+    """
+    old = set(_DECLARED_INTRINSIC.findall(before))
+    new = set(_DECLARED_INTRINSIC.findall(after))
+    for lost in sorted(old - new):
+        renamed = [name for name in new - old if name.startswith(lost)]
+        if len(renamed) == 1:
+            after = re.sub(rf"@{re.escape(renamed[0])}\(", f"@{lost}(", after)
+    return after

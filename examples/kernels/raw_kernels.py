@@ -168,6 +168,15 @@ def ring_kernel(buf, slot, sig, out, step, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def sigmoid_if_reachable_kernel(x, sym, pe, BLOCK: tl.constexpr):
+    """``x`` [BLOCK] fp32 through ``tl.sigmoid`` (an ``exp2`` intrinsic) where PE ``pe`` is reachable:
+    a kernel that links NVSHMEM and uses one of Triton's math intrinsics."""
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x + offs)
+    tl.store(x + offs, tl.where(peer_reachable(sym, pe) != 0, tl.sigmoid(v), v))
+
+
+@triton.jit
 def put_pe_kernel(slot):
     """This PE's number into ``slot`` (symmetric int32) on the next PE: NVSHMEM's smallest use."""
     me = my_pe()
