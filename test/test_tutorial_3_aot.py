@@ -70,6 +70,8 @@ def test_every_kernel_listed():
         "moe_l1_swiglu_fp8",
         "moe_l2_fp8",
         "moe_barrier",
+        "moe_persistent",
+        "moe_persistent_fp8",
     ]
 
 
@@ -111,6 +113,41 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
     assert compiled.metadata.shared <= SHARED_LIMIT
 
 
+@pytest.mark.nvshmem
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("world", [1, 2])
+def test_persistent_kernel_compiles_with_wgmma_tma_and_bounded_waits(precision, world, tmp_path):
+    """impl="persistent" with its default knobs at the production per-rank load: one kernel that runs the
+    GEMMs on wgmma (fp8: e4m3 x e4m3, L1's gate and up as one 256-wide dot), pipelines the gathered A
+    rows, loads L1's weights through TMA, publishes work with release atomics and waits with acquire
+    loads through the bounded wait (its bound the wait_ms parameter), signals peers with release stores
+    at system scope, fits in shared memory and keeps its registers out of local memory."""
+    import dataclasses
+
+    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
+
+    cfg = dataclasses.replace(aot.REPRESENTATIVE, precision=precision, world=world, num_experts=16 * world)
+    launch = persistent_launch(cfg, choose_persistent(cfg), aot.PERSISTENT_PROGRAMS)
+    options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+    compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32), options=options)
+    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    assert compiled.metadata.shared <= SHARED_LIMIT
+    assert "warp_group_dot" in ttgir and "async_copy_global_to_local" in ttgir
+    assert "async_tma_copy_global_to_local" in ttgir, "L1's weights must come through TMA"
+    if precision == "fp8":
+        assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx)
+        assert ttgir.count("ttng.warp_group_dot ") == 2, "one dot per K block in L1 (gate and up) and in L2"
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and "div.rn.f32" in ptx, "quantization as quant's"
+    assert re.search(r"(atom|red)\.release\.gpu\.global\.add|(atom|red)\.global\.gpu\.release\.add", ptx)
+    assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "fence.proxy.async" in ptx
+    assert "nvshmemi_device_state_d" in ptx
+    before = launch.params[: [p for p, _ in launch.params].index("wait_ms")]
+    # a 2-D tensor descriptor is five .entry parameters: the TMA map, then its shape and strides
+    index = sum(5 if key.endswith("_desc") else 1 for _, key in before)
+    assert_bounded_wait(ptx, f"moe_persistent_param_{index}")
+    assert_no_spills(ptx, tmp_path)
+
+
 @pytest.mark.parametrize("name", ["moe_l1_swiglu", "moe_l2", "moe_gemms", *FP8_GEMMS])
 def test_grouped_gemm_tiles_do_not_spill(name, tmp_path):
     """The tiles the layer picks keep every GEMM's registers out of local memory (ptxas -v, sm_90a):
@@ -126,7 +163,8 @@ def test_kernels_do_not_specialise_on_the_integers_of_a_call():
     on T, W, me or wait_ms (Triton would on an integer equal to 1 or divisible by 16)."""
     for cfg, launch in aot.all_launches():
         preloaded = aot.ast_source(launch, cfg)
-        for ints in ({"T": 1, "me": 1, "W": 1, "wait_ms": 1}, {"T": 48, "me": 16, "W": 32, "wait_ms": 32000}):
+        for ints in ({"T": 1, "me": 1, "W": 1, "wait_ms": 1, "item_begin": 1, "item_end": 1},
+                     {"T": 48, "me": 16, "W": 32, "wait_ms": 32000, "item_begin": 16, "item_end": 4096}):  # fmt: skip
             bindings = {**meta_bindings(cfg), **ints}
             source, _ = launch_source(launch.fn, *launch.arguments(bindings), **launch.constexprs)
             assert (source.signature, source.constants, source.attrs) == (

@@ -386,7 +386,7 @@ def test_run_refuses_a_selection_that_matches_no_launch():
     from tutorials.megamoe import MegaMoE
 
     layer = MegaMoE.__new__(MegaMoE)  # run() picks launches before it touches a GPU
-    layer.cfg, layer._launches = MoEConfig(128, 128, 2, 1, 64, 1, "bf16"), {}
+    layer.cfg, layer._launches, layer.impl = MoEConfig(128, 128, 2, 1, 64, 1, "bf16"), {}, "launches"
     layer.tiles = dataclasses.replace(choose_tiles(64, 128, 128), gemm_programs=4)
     expected = r"only=\('moe_l2',\)\): no launch .* has that name or step; it has .*moe_gemms"
     with pytest.raises(ValueError, match=expected):
@@ -397,7 +397,7 @@ def test_an_output_at_a_misaligned_address_is_refused_with_the_rule():
     from tutorials.megamoe import MegaMoE
 
     layer = MegaMoE.__new__(MegaMoE)  # the argument checks of a call need no GPU and no workspace
-    layer.closed, layer.cfg = False, MoEConfig(128, 128, 2, 1, 64, 1, "bf16")
+    layer.closed, layer.cfg, layer.impl = False, MoEConfig(128, 128, 2, 1, 64, 1, "bf16"), "launches"
     x, logits = torch.zeros(64, 128, dtype=torch.bfloat16), torch.zeros(64, 2)
     out = torch.empty(64 * 128 + 1, dtype=torch.bfloat16)[1:].view(64, 128)  # 2 bytes past an aligned start
     with pytest.raises(ValueError, match="contiguous bf16 tensor of shape \\(64, 128\\) at a 16-byte aligned address"):

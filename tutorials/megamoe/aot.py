@@ -5,7 +5,8 @@ machines without a GPU. The representative layer is the production load at world
 multi-rank code paths are the ones compiled): H=4096, I=1536, E=32 (16 local), top-k 8, 512
 tokens per rank, with the tiles the layer picks for it, in bf16 (with L1 and L2 also as one
 persistent launch, ``moe_gemms``) and then fp8 (the kernels both precisions share are listed once),
-then the barrier between the phases of a call (``moe_barrier``, world > 1). ``python -m
+then the barrier between the phases of a call (``moe_barrier``, world > 1), then each precision's one
+launch of ``impl="persistent"`` (``moe_persistent``, ``moe_persistent_fp8``) with its default knobs. ``python -m
 tutorials.megamoe.aot`` compiles them all for sm_90 and prints a table. Each source is the
 launch with the layer's bindings on meta tensors (``megamoe.meta_bindings``), made an ``ASTSource``
 by :func:`tutorials.common.aot.launch_source`.
@@ -22,15 +23,17 @@ from ..common.aot import compile_and_print, launch_source
 from .config import MoEConfig, choose_tiles, choose_tiles_fp8
 from .launch import KernelLaunch, barrier_launch, launches
 from .megamoe import meta_bindings
+from .persistent_launch import choose_persistent, persistent_launch
 
 REPRESENTATIVE = MoEConfig(hidden=4096, intermediate=1536, num_experts=32, top_k=8, max_tokens=512, world=2)
 REPRESENTATIVES = (REPRESENTATIVE, dataclasses.replace(REPRESENTATIVE, precision="fp8"))
-PERSISTENT_PROGRAMS = 132  # the H200's SMs; moe_gemms' code does not depend on its program count
+PERSISTENT_PROGRAMS = 132  # the H200's SMs; the persistent kernels' code does not depend on their program count
 
 
 def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[MoEConfig, KernelLaunch]]:
     """The launches of one call of each config with the tiles the layer picks, each kernel name once (with
-    the config it was first met in), and the barrier the layer runs between them at world > 1."""
+    the config it was first met in), the barrier the layer runs between them at world > 1, and each
+    config's one persistent launch (default knobs)."""
     by_name: dict[str, tuple[MoEConfig, KernelLaunch]] = {}
     for cfg in configs:
         rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
@@ -45,7 +48,8 @@ def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple
             for launch in launches(cfg, variant, cfg.max_tokens):
                 by_name.setdefault(launch.name, (cfg, launch))
     barriers = [(cfg, barrier_launch(cfg)) for cfg in configs if cfg.world > 1]
-    return list(by_name.values()) + barriers[:1]
+    persistent = [(cfg, persistent_launch(cfg, choose_persistent(cfg), PERSISTENT_PROGRAMS)) for cfg in configs]
+    return list(by_name.values()) + barriers[:1] + persistent
 
 
 def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str, ASTSource]]:
@@ -55,10 +59,10 @@ def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str,
 
 def ast_source(launch: KernelLaunch, cfg: MoEConfig) -> ASTSource:
     """The launch as the layer makes it in a layer of ``cfg``, with its bindings
-    (:func:`megamoe.meta_bindings`), as Triton's JIT specialises it (every pointer 16-byte aligned, as
-    torch's and NVSHMEM's allocations are): without the alignment Triton could not use 16-byte and
-    asynchronous copies, the GEMMs would not be software-pipelined, and the compiled code would not be
-    the code that runs."""
+    (:func:`megamoe.meta_bindings`; a persistent launch's knobs must be the default ones), as Triton's JIT
+    specialises it (every pointer 16-byte aligned, as torch's and NVSHMEM's allocations are): without the
+    alignment Triton could not use 16-byte and asynchronous copies, the GEMMs would not be
+    software-pipelined, and the compiled code would not be the code that runs."""
     source, _ = launch_source(launch.fn, *launch.arguments(meta_bindings(cfg)), **launch.constexprs,
                               num_warps=launch.num_warps, num_stages=launch.num_stages)  # fmt: skip
     return source

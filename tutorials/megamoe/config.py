@@ -19,8 +19,9 @@ from dataclasses import dataclass
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "int32": 4, "int64": 8, "float8_e4m3fn": 1}
 ROW_ALIGN = 64  # H and I must be multiples of this (GEMM K/N tiles and 16-byte row copies)
 PRECISIONS = ("bf16", "fp8")
-# Buffers whose contents carry over from call to call (zero when allocated, never poisoned).
-STATE_BUFFERS = ("gemm_sched", "barrier_arrived", "barrier_epoch")
+# Buffers whose contents carry over from call to call (zero when allocated, never poisoned); the last
+# four are the persistent kernel's (persistent_launch.persistent_buffers).
+STATE_BUFFERS = ("gemm_sched", "barrier_arrived", "barrier_epoch", "sched", "call_epoch", "plan_flag", "comb_flag")
 FP8_BLOCK = 128  # fp8: one scale per 128 channels of a token, per 128 x 128 block of a weight matrix
 
 

@@ -66,6 +66,24 @@ def _route_topk(
 ):
     """Top-k ids and weights of this program's BLOCK_T tokens into ids_sym/w_sym."""
     rows, mask_t = _token_rows(T, BLOCK_T)
+    _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, BLOCK_T)
+
+
+@triton.jit
+def _topk_rows(
+    logits_ptr,
+    ids_sym,
+    w_sym,
+    rows,
+    mask_t,
+    E: tl.constexpr,
+    E_P2: tl.constexpr,
+    K: tl.constexpr,
+    K_P2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    """Top-k ids (ties -> lower id) and softmax weights of the BLOCK_T tokens ``rows`` (int64; ``mask_t``:
+    which are tokens) into ids_sym/w_sym."""
     e = tl.arange(0, E_P2)
     kk = tl.arange(0, K_P2)
     lg = tl.load(
@@ -292,8 +310,9 @@ def _tile_order(M_TILES: tl.constexpr, N_TILES: tl.constexpr, GROUP_M: tl.conste
 
 
 @triton.jit
-def _tile_of(pid, M_TILES: tl.constexpr, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of tile ``pid`` of a 1-D order: groups of GROUP_M M tiles, N fastest inside a group.
+def _tile_of(pid, M_TILES, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of tile ``pid`` of a 1-D order: groups of GROUP_M M tiles, N fastest inside a group
+    (``M_TILES``: the M tiles of the order, a constexpr bound or a count known only on the device).
 
     Tiles that run together then share a few experts' A rows and weight columns, so both stay in
     L2 (M fastest would stream every expert's A rows once per N tile).

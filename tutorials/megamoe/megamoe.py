@@ -16,7 +16,8 @@ of token t, weights softmax-normalised over the selected logits (ties go to the 
 quantized once at construction (one scale per 128 x 128 block), x per token and 128 channels before
 dispatch, h the same way after SwiGLU (``quant``; H and I multiples of 128); y stays bf16.
 Consecutive calls are safe back to back: every symmetric buffer a peer touches is rewritten only
-after a barrier that the peer passes after its last access (see the README).
+after a barrier that the peer passes after its last access (see the README). ``impl="persistent"`` runs
+each call as one launch instead (``persistent``), ordered between ranks by flags, not barriers.
 
 Run as a module from the repository root for the correctness check (PASS/FAIL table, JSON with
 --json)::
@@ -24,6 +25,7 @@ Run as a module from the repository root for the correctness check (PASS/FAIL ta
     torchrun --nproc_per_node=1 -m tutorials.megamoe.megamoe --cases small
     TRITON_RAW_SHARED_GPU=1 torchrun --nproc_per_node=2 -m tutorials.megamoe.megamoe --cases small
     python -m tutorials.megamoe.megamoe --precision fp8 --cases small equiv
+    python -m tutorials.megamoe.megamoe --impl persistent --cases small equiv
 """
 
 from __future__ import annotations
@@ -52,7 +54,17 @@ from .config import (
     choose_tiles_fp8,
 )
 from .launch import KernelLaunch, barrier_launch, install_descriptor_scratch, launches
+from .persistent_launch import (
+    PersistentConfig,
+    call_extras,
+    choose_persistent,
+    persistent_buffers,
+    persistent_launch,
+    persistent_weights,
+)
 from .quant import expert_weights, quantize_rows
+
+IMPLS = ("launches", "persistent")  # one call as 7-8 launches (and barriers), or as one persistent launch
 
 TORCH_DTYPES = {  # the buffer dtype names of config.MoEConfig
     "bfloat16": torch.bfloat16,
@@ -74,22 +86,28 @@ def call_bindings(
     return {**buffers, "logits": logits, "x": x, "y": y, "T": x.shape[0], "W": world, "me": rank, "wait_ms": wait_ms}
 
 
-def meta_bindings(cfg: MoEConfig) -> dict[str, object]:
+def meta_bindings(cfg: MoEConfig, persistent: PersistentConfig | None = None) -> dict[str, object]:
     """The bindings of a call of ``cfg.max_tokens`` tokens on rank 0 with every tensor on the meta device
     (dtype and shape only: nothing is allocated, no GPU is needed), the workspace and weights as a layer
-    of ``cfg`` makes them: what ``MegaMoE`` preloads and ``aot`` compiles each kernel for. The kernels
-    do not specialise on T, W, me or wait_ms, so these compile the kernels of every call."""
+    of ``cfg`` makes them, for either impl (the persistent kernel's with the knobs ``persistent``, default
+    :func:`choose_persistent`'s): what ``MegaMoE`` preloads and ``aot`` compiles each kernel for. The
+    kernels do not specialise on T, W, me, wait_ms or the items a persistent launch runs, so these
+    compile the kernels of every call."""
 
     def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype, device="meta")
 
-    workspace = {n: empty(s, TORCH_DTYPES[d]) for n, s, d in (*cfg.symmetric_buffers(), *cfg.local_buffers())}
+    pc = persistent or choose_persistent(cfg)
+    extra = [spec for part in persistent_buffers(cfg, pc) for spec in part]
+    workspace = {n: empty(s, TORCH_DTYPES[d]) for n, s, d in (*cfg.symmetric_buffers(), *cfg.local_buffers(), *extra)}
     w1 = empty((cfg.local_experts, cfg.hidden, 2 * cfg.intermediate), torch.bfloat16)
     w2 = empty((cfg.local_experts, cfg.intermediate, cfg.hidden), torch.bfloat16)
     x = empty((cfg.max_tokens, cfg.hidden), torch.bfloat16)
     logits = empty((cfg.max_tokens, cfg.num_experts), torch.float32)
-    buffers = {**workspace, **expert_weights(w1, w2, cfg.precision)}
-    return call_bindings(buffers, x, logits, torch.empty_like(x), cfg.world, 0, wait_timeout_ms())
+    # the persistent kernel's fp8 w1 is interleaved: the same shapes and dtypes as the launches'
+    buffers = {**workspace, **persistent_weights(cfg, expert_weights(w1, w2, cfg.precision))}
+    bindings = call_bindings(buffers, x, logits, torch.empty_like(x), cfg.world, 0, wait_timeout_ms())
+    return {**bindings, **call_extras(cfg, pc, buffers)}
 
 
 class MegaMoE:
@@ -103,6 +121,12 @@ class MegaMoE:
     ``gemm_programs`` > 0 (bf16) runs L1 and L2 as one persistent launch of that many programs
     (``Tiles.gemm_programs``; the GPU's SM count is the natural choice); it was no faster on the H200.
     ``handle`` reaches the layer from the custom op ``triton_raw_ext::megamoe`` (torch_op) until :meth:`close`.
+
+    ``impl="persistent"`` runs each call as one launch of ``persistent.moe_persistent`` (routing to
+    write-back, no barrier kernel, no host value; calls may have 0 tokens), with the knobs of
+    ``persistent`` (a :class:`PersistentConfig`, default :func:`choose_persistent`; ``tiles`` and
+    ``gemm_programs`` are the launches' and are ignored). ``impl="launches"`` (default) is the call as
+    separate launches.
     """
 
     def __init__(
@@ -118,11 +142,15 @@ class MegaMoE:
         *,
         precision: str = "bf16",
         gemm_programs: int = 0,
+        impl: str = "launches",
+        persistent: PersistentConfig | None = None,
     ) -> None:
         from triton_raw_ext import runtime as rt
 
         if precision not in PRECISIONS:
             raise ValueError(f"MegaMoE: precision={precision!r}; use one of {PRECISIONS}")
+        if impl not in IMPLS:
+            raise ValueError(f"MegaMoE: impl={impl!r}; use one of {IMPLS}")
         if not rt.is_initialized():
             raise RuntimeError("MegaMoE needs NVSHMEM: call triton_raw_ext.runtime.init() first")
         self.rank, world = rt.my_pe(), rt.n_pes()
@@ -134,26 +162,43 @@ class MegaMoE:
                     f"MegaMoE: {name} must be a CUDA bf16 tensor of shape {shape} (this rank's "
                     f"experts), got {tuple(t.shape)} {t.dtype} on {t.device}"
                 )
-        rows = max_tokens * world * top_k / num_experts  # expected pairs per local expert, uniform routing
-        self.tiles = tiles or (choose_tiles_fp8 if precision == "fp8" else choose_tiles)(rows, hidden, intermediate)
-        if gemm_programs:
-            self.tiles = dataclasses.replace(self.tiles, gemm_programs=gemm_programs)
-        # built now so that tiles unfit for the precision raise here, before any collective allocation
-        self._launches: dict[int, list[KernelLaunch]] = {max_tokens: launches(self.cfg, self.tiles, max_tokens)}
-        self._barrier = barrier_launch(self.cfg)
-        self.wait_ms = wait_timeout_ms()  # the bound of the barrier's waits for peers
-        if self.tiles.tma:
-            install_descriptor_scratch(w1.device)
+        self.impl = impl
+        sym_specs, local_specs = self.cfg.symmetric_buffers(), self.cfg.local_buffers()
+        self._launches: dict[int, list[KernelLaunch]] = {}
         self.weights = expert_weights(w1, w2, precision)
+        if impl == "persistent":
+            self.tiles = None
+            self.persistent = persistent or choose_persistent(self.cfg)
+            sms = torch.cuda.get_device_properties(w1.device).multi_processor_count
+            # PEs sharing a GPU leave each other SMs: each one's kernel waits for the others' (persistent.py)
+            programs = self.persistent.programs or max(1, sms // rt.pes_per_gpu())
+            self._call = persistent_launch(self.cfg, self.persistent, programs)  # raises on unfit knobs
+            extra_sym, extra_local = persistent_buffers(self.cfg, self.persistent)
+            sym_specs, local_specs = [*sym_specs, *extra_sym], [*local_specs, *extra_local]
+            self.weights = persistent_weights(self.cfg, self.weights)
+        else:
+            self.persistent = None
+            rows = max_tokens * world * top_k / num_experts  # expected pairs per local expert, uniform routing
+            pick = choose_tiles_fp8 if precision == "fp8" else choose_tiles
+            self.tiles = tiles or pick(rows, hidden, intermediate)
+            if gemm_programs:
+                self.tiles = dataclasses.replace(self.tiles, gemm_programs=gemm_programs)
+            # built now so that tiles unfit for the precision raise here, before any collective allocation
+            self._launches[max_tokens] = launches(self.cfg, self.tiles, max_tokens)
+            if self.tiles.tma:
+                install_descriptor_scratch(w1.device)
+        self._barrier = barrier_launch(self.cfg)
+        self.wait_ms = wait_timeout_ms()  # the bound of the kernels' waits for peers
         self._rt = rt
         self._preload()
-        self.sym = {n: rt.zeros(s, TORCH_DTYPES[d]) for n, s, d in self.cfg.symmetric_buffers()}
+        self.sym = {n: rt.zeros(s, TORCH_DTYPES[d]) for n, s, d in sym_specs}
         for pe in range(world):
             rt.peer(self.sym["comb"], pe)  # raises naming the PE when it is not load/store reachable
         dev = w1.device
-        self.local = {
-            n: torch.zeros(s, dtype=TORCH_DTYPES[d], device=dev) for n, s, d in self.cfg.local_buffers()
-        }
+        self.local = {n: torch.zeros(s, dtype=TORCH_DTYPES[d], device=dev) for n, s, d in local_specs}
+        # persistent: the descriptors over the weights and h, and the whole call's items
+        self._extras = {} if self.persistent is None else call_extras(self.cfg, self.persistent,
+                                                                       {**self.weights, **self.local})  # fmt: skip
         self.closed = False
         self.handle = op_registry.register(self)  # what torch_op's custom op takes to reach this layer
 
@@ -164,8 +209,9 @@ class MegaMoE:
         the rank, so these are the kernels of every later call."""
         from triton_raw_ext import preload
 
-        bindings = meta_bindings(self.cfg)
-        for launch in [*self._launches[self.cfg.max_tokens], *([self._barrier] if self.cfg.world > 1 else [])]:
+        bindings = meta_bindings(self.cfg, self.persistent)
+        calls = [self._call] if self.impl == "persistent" else self._launches[self.cfg.max_tokens]
+        for launch in [*calls, *([self._barrier] if self.cfg.world > 1 else [])]:
             preload(
                 launch.fn, *launch.arguments(bindings), grid=launch.grid, **launch.constexprs,
                 num_warps=launch.num_warps, num_stages=launch.num_stages,
@@ -174,7 +220,7 @@ class MegaMoE:
 
     def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
         buffers = {**self.sym, **self.local, **self.weights}
-        return call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms)
+        return {**call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms), **self._extras}
 
     def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
         launch.fn[launch.grid](*launch.arguments(bindings), **launch.constexprs, num_warps=launch.num_warps,
@@ -188,14 +234,15 @@ class MegaMoE:
             raise RuntimeError("MegaMoE: the layer was closed")
         cfg = self.cfg
         t = x.shape[0] if x.dim() == 2 else -1
+        least = 0 if self.impl == "persistent" else 1  # the launches' grids need a token
         if (
             x.dim() != 2
             or x.shape[1] != cfg.hidden
             or x.dtype != torch.bfloat16
-            or not 1 <= t <= cfg.max_tokens
+            or not least <= t <= cfg.max_tokens
         ):
             raise ValueError(
-                f"MegaMoE: x must be [T, {cfg.hidden}] bf16 with 1 <= T <= {cfg.max_tokens}, got "
+                f"MegaMoE: x must be [T, {cfg.hidden}] bf16 with {least} <= T <= {cfg.max_tokens}, got "
                 f"{tuple(x.shape)} {x.dtype}"
             )
         if tuple(logits.shape) != (t, cfg.num_experts) or logits.dtype not in _LOGIT_DTYPES:
@@ -219,7 +266,13 @@ class MegaMoE:
 
     def run(self, bindings: dict[str, object], tokens: int, only: tuple[str, ...] = ()) -> None:
         """Enqueue the launches of one call (all, or just those ``only`` names, by kernel name or by step:
-        the bf16 kernel names also select the fp8 kernels of the same steps)."""
+        the bf16 kernel names also select the fp8 kernels of the same steps). ``impl="persistent"``: the
+        one launch of the call (``only`` must be empty)."""
+        if self.impl == "persistent":
+            if only:
+                raise ValueError(f"run(only={only}): impl='persistent' runs a call as one launch, not by steps")
+            self._launch(self._call, bindings)
+            return
         plan = self._launches.get(tokens)
         if plan is None:
             plan = self._launches[tokens] = launches(self.cfg, self.tiles, tokens)
@@ -333,29 +386,58 @@ def _all_gather_cpu(t: torch.Tensor, world: int) -> list[torch.Tensor]:
 
 def bookkeeping_errors(layer: MegaMoE, ids_all: list[torch.Tensor], tokens_all: list[int]) -> list[str]:
     """Compare the layer's counters with the torch plan (all ranks' routing); [] when consistent."""
+    return plan_errors(layer.cfg, layer.rank, {**layer.sym, **layer.local}, ids_all, tokens_all, layer.impl)
+
+
+def persistent_state_errors(cfg: MoEConfig, buffers: dict[str, torch.Tensor], calls: int) -> list[str]:
+    """The persistent kernel's state in a rank's ``buffers`` after ``calls`` calls: counters at zero, the
+    epoch and every flag at ``calls`` (the combine flags at world > 1 only). [] when so."""
+    errors = []
+    if buffers["sched"].any():
+        errors.append(f"work counters left at {buffers['sched'].tolist()}")
+    if int(buffers["call_epoch"]) != calls:
+        errors.append(f"epoch {int(buffers['call_epoch'])} after {calls} calls")
+    for name in ("plan_flag", "comb_flag") if cfg.world > 1 else ("plan_flag",):
+        if buffers[name].tolist() != [calls] * cfg.world:
+            errors.append(f"{name} {buffers[name].tolist()} after {calls} calls")
+    return errors
+
+
+def plan_errors(
+    cfg: MoEConfig, me: int, buffers: dict[str, torch.Tensor], ids_all: list[torch.Tensor], tokens_all: list[int],
+    impl: str,
+) -> list[str]:  # fmt: skip
+    """Rank ``me``'s bookkeeping in ``buffers`` (its workspace after a call of ``impl``) against the torch
+    plan of every rank's routing (``ids_all[r][: tokens_all[r]]``): send counts, rows received per source,
+    pairs per local expert (counted twice by the launches; the persistent kernel's layout), pair positions
+    a permutation, each pair pointing back at its row. [] when consistent."""
     from .routing import receive_counts, send_plan
 
-    cfg, me = layer.cfg, layer.rank
     e_loc = cfg.local_experts
     errors = []
     plan = send_plan(ids_all[me][: tokens_all[me]], e_loc, cfg.world)
-    if not torch.equal(layer.sym["send_count"].cpu(), plan.send_count):
-        errors.append(f"send_count {layer.sym['send_count'].tolist()} != {plan.send_count.tolist()}")
+    if not torch.equal(buffers["send_count"].cpu(), plan.send_count):
+        errors.append(f"send_count {buffers['send_count'].tolist()} != {plan.send_count.tolist()}")
     rows, pairs = receive_counts([ids_all[r][: tokens_all[r]] for r in range(cfg.world)], e_loc)
-    recv_n = layer.local["recv_n"].cpu().long()
+    recv_n = buffers["recv_n"].cpu().long()
     if not torch.equal(recv_n, rows[me]):
         errors.append(f"rows received per source {recv_n.tolist()} != {rows[me].tolist()}")
-    counters = layer.local["counters"].cpu().long()
-    if not torch.equal(counters[:e_loc], pairs[me]) or not torch.equal(counters[e_loc:], pairs[me]):
-        errors.append(f"pairs per local expert {counters.tolist()} != {pairs[me].tolist()} (twice)")
+    if impl == "persistent":
+        per_expert = buffers["layout"][1 : 1 + e_loc].cpu().long()  # persistent._layout_item's pairs per expert
+        if not torch.equal(per_expert, pairs[me]):
+            errors.append(f"pairs per local expert {per_expert.tolist()} != {pairs[me].tolist()}")
+    else:
+        counters = buffers["counters"].cpu().long()
+        if not torch.equal(counters[:e_loc], pairs[me]) or not torch.equal(counters[e_loc:], pairs[me]):
+            errors.append(f"pairs per local expert {counters.tolist()} != {pairs[me].tolist()} (twice)")
     k = cfg.top_k
-    inv = layer.local["inv_pos"].cpu().view(cfg.world, cfg.max_tokens, k)
+    inv = buffers["inv_pos"].cpu().view(cfg.world, cfg.max_tokens, k)
     used = torch.cat([inv[s, : int(rows[me, s])].flatten() for s in range(cfg.world)])
     used = used[used >= 0].sort().values
     if not torch.equal(used, torch.arange(int(pairs[me].sum()), dtype=used.dtype)):
         errors.append("pair positions are not a permutation: a pair was lost or placed twice")
     else:
-        sorted_row = layer.local["sorted_row"].cpu()
+        sorted_row = buffers["sorted_row"].cpu()
         for s in range(cfg.world):
             for slot in range(int(rows[me, s])):
                 for p in inv[s, slot].tolist():
@@ -374,11 +456,14 @@ def check_case(
     seed: int,
     precision: str = "bf16",
     gemm_programs: int = 0,
+    impl: str = "launches",
 ) -> dict:
     """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row.
 
     ``gemm_programs``: as MegaMoE's; the work counters of the persistent launch must be back at zero
-    after every call.
+    after every call. ``impl``: as MegaMoE's; "persistent" also gives the last rank no tokens in the
+    second call (world > 1) and checks after every call that the kernel's counters are back at zero and
+    its epoch and every flag count the calls.
 
     bf16: against the float32 reference (TOL_NORM, TOL_ROW). fp8: weights and tokens scaled by
     :func:`block_gains`; the quantized tokens must equal ``quant.quantize_rows`` bit for bit and
@@ -402,14 +487,18 @@ def check_case(
     e_loc = e // world
     row = {
         "H": h, "I": i, "E": e, "top_k": k, "tokens": t_max, "world": world, "skewed": skewed, "rank": me,
-        "precision": precision,
+        "precision": precision, "impl": impl,
     }  # fmt: skip
     errors: list[str] = []
     worst_norm = worst_row = worst_fp32 = 0.0
     w1_loc, w2_loc = w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc]
-    with MegaMoE(h, i, e, k, t_max, w1_loc, w2_loc, precision=precision, gemm_programs=gemm_programs) as layer:
+    with MegaMoE(
+        h, i, e, k, t_max, w1_loc, w2_loc, precision=precision, gemm_programs=gemm_programs, impl=impl
+    ) as layer:
         for it in range(iters):
             t = t_max - (it * 7 + me) % max(1, t_max // 4)  # ranks and calls differ in token count
+            if impl == "persistent" and world > 1 and it == 1 and me == world - 1:
+                t = 0  # a rank without tokens still serves its experts
             x, logits = make_inputs(t, h, e, skewed, seed * 1000 + it * 10 + me, dev)
             if fp8:
                 x = (x.float() * block_gains((1, h), seed + 3, dev)).to(torch.bfloat16)
@@ -434,6 +523,11 @@ def check_case(
             errors += [f"call {it}: {m}" for m in bookkeeping_errors(layer, ids_all, tokens_all)]
             if layer.local["gemm_sched"].any():
                 errors.append(f"call {it}: moe_gemms left its work counters at {layer.local['gemm_sched'].tolist()}")
+            if impl == "persistent":
+                state = persistent_state_errors(layer.cfg, {**layer.sym, **layer.local}, it + 1)
+                errors += [f"call {it}: {m}" for m in state]
+            if t == 0:
+                continue
             if fp8:
                 xq, xs = quantize_rows(x)
                 if not (
@@ -469,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--persistent-gemms", action="store_true", help="bf16: L1 and L2 as one persistent launch (one program per SM)"
     )
+    parser.add_argument("--impl", default="launches", choices=IMPLS, help="persistent: one launch per call")
     parser.add_argument("--json", type=Path, help="write the result rows here (rank 0)")
     args = parser.parse_args(argv)
 
@@ -487,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
             for routing in args.routing:
                 print(f"rank {me}: case {name} {case} {routing}: started", file=sys.stderr, flush=True)
                 rows.append(
-                    check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision, gemm_programs)
+                    check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision, gemm_programs,
+                               args.impl)
                 )
                 rows[-1]["case"] = name
                 verdict = "ok" if rows[-1]["ok"] else "FAIL"
@@ -508,16 +604,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'PASS' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}"
             )
         print(
-            f"megamoe correctness world={world} precision={args.precision}: {'PASS' if ok else 'FAIL'} "
+            f"megamoe correctness world={world} precision={args.precision} impl={args.impl}: "
+            f"{'PASS' if ok else 'FAIL'} "
             f"({time.time() - start:.0f} s; rel err is vs {'reference_fp8' if args.precision == 'fp8' else 'float32'})"
         )
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(
-                json.dumps(
-                    {"world": world, "precision": args.precision, "ok": ok, "rows": rows, "argv": sys.argv}, indent=1
-                )
-            )
+            summary = {"world": world, "precision": args.precision, "impl": args.impl, "ok": ok, "rows": rows}
+            args.json.write_text(json.dumps({**summary, "argv": sys.argv}, indent=1))
     rt.finalize()
     return 0 if ok else 1
 

@@ -96,3 +96,63 @@ extern "C" __device__ void moe_barrier(uint64_t *arrived_sym, long long *epoch, 
   }
   __syncthreads();
 }
+
+// ----------------------------------------------------------------------------------------------
+// The persistent kernel (persistent.py): its waits and its signals to peers.
+//
+// What each wait is for, by the `what` index the kernel passes (persistent.WAIT_NAMES, same order):
+// the report of an expired wait names it.
+static __device__ const char *const moe_wait_names[] = {
+    "route items done",      "layout done",           "dispatch items done", "rows landed in M tile",
+    "L1 tiles done of M tile", "L2 tiles done of M tile", "plan flag",           "combine flag",
+};
+
+// Returns 0 once `*counter >= expected` (an int32 work counter of this PE's own kernel, raised with
+// release atomics by its other programs), to every thread of the program: thread 0 waits (acquire),
+// then a CTA barrier, so every thread's later loads are ordered after it while one thread polls; then
+// the asynchronous proxy is ordered after it too (TMA may read what the counted work stored with
+// ordinary stores). Call it from code every thread reaches. The caller adds the 0 to an index of the
+// loads that must follow, so that Triton's pipeliner cannot hoist them above the wait. After
+// `timeout_ms` it reports and traps (<triton_raw/bounded_wait.h>): a counter that never fills is a
+// fault of this PE's own kernel, so the report names this PE twice.
+extern "C" __device__ int moe_wait_count(const int *counter, int expected, int what, int me, int timeout_ms) {
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    triton_raw_wait_ge(counter, expected, moe_wait_names[what], me, me, timeout_ms);
+  }
+  __syncthreads();
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  return 0;
+}
+
+// moe_wait_count for a tensor of counters (called elementwise): each thread waits for its own
+// elements, with acquire ordering, and no barrier; the caller puts one after the call.
+extern "C" __device__ int moe_wait_each(const int *counter, int expected, int what, int me, int timeout_ms) {
+  triton_raw_wait_ge(counter, expected, moe_wait_names[what], me, me, timeout_ms);
+  return 0;
+}
+
+// Returns 0 once this PE's word `*flag` (int64, symmetric, raised by PE `peer` with moe_signal) is at
+// least `epoch`, to every thread: thread 0 waits with acquire ordering at system scope, then a CTA
+// barrier, so what the peer stored before its signal, in its memory or ours, is visible to every
+// thread's later loads. Bounded like moe_wait_count; the report names the peer.
+extern "C" __device__ int moe_wait_flag(const long long *flag, long long epoch, int what, int me, int peer,
+                                        int timeout_ms) {
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    triton_raw_wait_ge(flag, epoch, moe_wait_names[what], me, peer, timeout_ms);
+  }
+  __syncthreads();
+  return 0;
+}
+
+// Raises PE `pe`'s copy of the symmetric int64 word `flag_sym` to `value` (block-collective). Every
+// thread's earlier stores (to this PE's memory or to peers') are made visible first: a CTA barrier,
+// a system-scope fence, then one release store at system scope, which the peer's acquire in
+// moe_wait_flag pairs with. Words only grow (they carry the call's epoch), so none is ever reset.
+extern "C" __device__ void moe_signal(long long *flag_sym, long long value, int pe) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    long long *word = static_cast<long long *>(nvshmem_ptr(flag_sym, pe));
+    __threadfence_system();
+    asm volatile("st.release.sys.b64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+  }
+}

@@ -1,0 +1,204 @@
+"""Tutorial 3 (MegaMoE), ``impl="persistent"`` on CPU: the schedule, the launch, the knobs, and the one
+kernel in Triton's interpreter at world 1, 2 and 4 (subprocesses, emulated nvshmem_ptr), bf16 and fp8.
+
+The interpreter runs a launch's programs one after another and the ranks one after another, so a
+call that finishes there with 1 and 3 programs shows that no wait depends on work handed out after it
+(the progress argument of ``persistent.py``); races and the raw CUDA need the GPU suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, child_env
+
+from tutorials.megamoe import persistent
+from tutorials.megamoe.config import STATE_BUFFERS, MoEConfig
+from tutorials.megamoe.megamoe import meta_bindings
+from tutorials.megamoe.persistent_launch import (
+    PersistentConfig,
+    choose_persistent,
+    persistent_buffers,
+    persistent_launch,
+    persistent_weights,
+    schedule,
+)
+
+PRODUCTION = MoEConfig(4096, 1536, 16, 8, 512, world=1)
+
+
+def _interpreter(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tutorials.megamoe.persistent_sim", *args], cwd=ROOT,
+                          env=child_env(), capture_output=True, text=True, timeout=900)  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_persistent_kernel_in_interpreter(precision):
+    """World 1, 2, 4; random, skewed and top-1 all-to-one-expert routing; calls back to back with token
+    counts that change between calls and ranks, one rank (world 1: one call) with no tokens; both
+    simulated configs (every operand through TMA and through pointers) and grids of 1 and 3 programs."""
+    proc = _interpreter("--precision", precision, "--world", "1", "2", "4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(precision)]
+    assert len(lines) == 9 and all(ln.endswith(": PASS") for ln in lines), proc.stdout
+    for world in (1, 2, 4):
+        mine = [ln for ln in lines if f"world={world} " in ln]
+        assert {"config=0", "config=1"} <= {w for ln in mine for w in ln.split()}, mine
+        assert any("programs=3" in ln for ln in mine), mine
+
+
+def test_a_wait_on_work_nothing_will_do_is_reported_by_the_interpreter():
+    """Run rank 0's whole call before rank 1 starts: its layout waits for rank 1's plan, which the
+    interpreter can never run first. The simulated wait must say so, naming both PEs and the flag,
+    instead of passing or spinning."""
+    code = (
+        "from tutorials.megamoe import persistent_sim as ps\n"
+        "from tutorials.megamoe.persistent import Schedule\n"
+        "Schedule.slices = lambda self: [(0, self.starts()['N_ITEMS'])]\n"
+        "ps.check(2, 'bf16', 'random', ps.SIM_CONFIGS['bf16'][0], 1)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode != 0
+    assert re.search(r"WouldWaitForever.*PE 0 waits for PE 1: plan flag .* is 0, expected >= 1", proc.stderr), (
+        proc.stderr[-2000:]
+    )
+
+
+def test_schedule_regions_and_slices():
+    pc = choose_persistent(PRODUCTION)
+    sch = schedule(PRODUCTION, pc)
+    starts = sch.starts()
+    # bf16 at world 1 neither copies nor quantizes x: one route item per 32 tokens
+    assert sch.route == 512 // 32 and sch.plan == 1 and sch.layout == 1 and sch.reduce == 0
+    assert sch.m_tiles == 4096 // 128 + 16
+    assert sch.l1 == sch.m_tiles * 1536 // 128 and sch.l2 == sch.m_tiles * 4096 // 256
+    order = ["PLAN_START", "LAYOUT_START", "DISPATCH_START", "L1_START", "L2_START", "COMBINE_START", "REDUCE_START",
+             "N_ITEMS"]  # fmt: skip
+    assert list(starts) == order and [starts[k] for k in order] == sorted(starts.values())
+    assert starts["N_ITEMS"] == starts["REDUCE_START"]  # world 1: no reduce
+    assert sch.slices() == [(0, starts["LAYOUT_START"]), (starts["LAYOUT_START"], starts["N_ITEMS"])]
+    two = schedule(dataclasses.replace(PRODUCTION, num_experts=32, world=2), pc)
+    s2 = two.starts()
+    assert two.route == 16 * 4 and two.reduce == 512 // pc.reduce_rows  # world > 1 copies x's columns
+    assert two.slices() == [(0, s2["LAYOUT_START"]), (s2["LAYOUT_START"], s2["REDUCE_START"]),
+                            (s2["REDUCE_START"], s2["N_ITEMS"])]  # fmt: skip
+    assert two.sched_words == persistent.SCHED_FIXED + 2 + 3 * two.m_tiles
+    fp8 = schedule(dataclasses.replace(PRODUCTION, precision="fp8"), choose_persistent(
+        dataclasses.replace(PRODUCTION, precision="fp8")))  # fmt: skip
+    assert fp8.route == 16 * 4  # fp8 quantizes x's columns at world 1 too
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("world", [1, 2])
+def test_launch_binds_every_kernel_parameter_in_order(precision, world):
+    cfg = dataclasses.replace(PRODUCTION, num_experts=16 * world, world=world, precision=precision)
+    pc = choose_persistent(cfg)
+    launch = persistent_launch(cfg, pc, 66)
+    assert launch.grid == (66,) and launch.num_warps == pc.num_warps and launch.num_stages == pc.num_stages
+    assert launch.name == ("moe_persistent_fp8" if precision == "fp8" else "moe_persistent")
+    runtime = [p for p, _ in launch.params]
+    kernel_args = persistent.moe_persistent.arg_names
+    assert runtime == kernel_args[: len(runtime)], "the layer passes the parameters by position"
+    assert set(kernel_args) == set(runtime) | set(launch.constexprs)
+    scales = ("xs_sym", "recv_xs", "a_scale", "hs_ptr", "w1s_ptr", "w2s_ptr")
+    if precision == "bf16":
+        assert all(launch.constexprs[n] is None for n in scales)
+    else:
+        assert set(scales) <= set(runtime)
+    sym, local = persistent_buffers(cfg, pc)
+    buffers = {n for n, _, _ in [*cfg.symmetric_buffers(), *cfg.local_buffers(), *sym, *local]}
+    weights = {"w1q", "w1s", "w2q", "w2s"} if precision == "fp8" else {"w1", "w2"}
+    per_call = {"logits", "x", "y", "T", "me", "wait_ms", "item_begin", "item_end", "w1_desc", "w2_desc", "h_desc"}
+    assert {k for _, k in launch.params} <= buffers | weights | per_call
+    keys = dict(launch.params)
+    assert keys["staging"] == ("y" if world == 1 else "staging")
+    assert keys["a_src"] == ("recv_x" if world > 1 else "x_sym" if precision == "fp8" else "x")
+    assert (launch.constexprs["PULL"], launch.constexprs["PUSH"]) == (world > 1, world > 1)
+    bound = meta_bindings(cfg)  # what the layer binds, on meta tensors
+    w1, w2 = (bound[keys[p]] for p in ("w1_op", "w2_op"))
+    if precision == "fp8":  # L1's gate and up blocks in one box
+        assert (w1.block_shape, w2.block_shape) == ([256, 128], [256, 128]) and w1.base.dtype == torch.float8_e4m3fn
+    else:  # bf16 default: L1's weights through TMA, L2's through pointers (faster each way on the H200)
+        assert w1.block_shape == [64, 128] and keys["w2_op"] == "w2" and w2.shape == (16, 1536, 4096)
+    assert bound["item_begin"] == 0 and bound["item_end"] == schedule(cfg, pc).starts()["N_ITEMS"]
+    assert {"sched", "call_epoch", "plan_flag", "comb_flag"} <= set(STATE_BUFFERS)
+
+
+def test_fp8_weights_put_each_gate_block_next_to_its_up_block():
+    from tutorials.megamoe.quant import expert_weights
+
+    cfg = MoEConfig(256, 384, 2, 1, 8, precision="fp8")
+    g = torch.Generator().manual_seed(0)
+    w1 = torch.randn(2, 256, 768, generator=g).bfloat16()
+    plain = expert_weights(w1, torch.randn(2, 384, 256, generator=g).bfloat16(), "fp8")
+    woven = persistent_weights(cfg, plain)
+    assert woven["w1q"].shape == plain["w1q"].shape == (2, 768, 256) and woven["w1q"].is_contiguous()
+    q, q_plain = woven["w1q"].view(torch.uint8), plain["w1q"].view(torch.uint8)
+    for e in range(2):
+        for j in range(3):  # block j: its 128 gate rows, then its 128 up rows
+            assert torch.equal(q[e, 256 * j : 256 * j + 128], q_plain[e, 128 * j : 128 * j + 128])
+            assert torch.equal(q[e, 256 * j + 128 : 256 * j + 256], q_plain[e, 384 + 128 * j : 384 + 128 * j + 128])
+            assert torch.equal(woven["w1s"][e, j, 0], plain["w1s"][e, j])
+            assert torch.equal(woven["w1s"][e, j, 1], plain["w1s"][e, 3 + j])
+    assert woven["w2q"] is plain["w2q"] and persistent_weights(MoEConfig(256, 384, 2, 1, 8), plain) is plain
+
+
+def test_knobs_that_cannot_run_are_refused_naming_the_knob():
+    fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
+    with pytest.raises(ValueError, match="fp8 needs block_k = block_n1 = 128"):
+        persistent_launch(fp8, PersistentConfig(block_k=64), 132)
+    with pytest.raises(ValueError, match="fp8 needs block_n2 a multiple of 128"):
+        persistent_launch(fp8, PersistentConfig(block_n2=64), 132)
+    with pytest.raises(ValueError, match=r"block_n2=256 does not divide 4224"):
+        persistent_launch(dataclasses.replace(PRODUCTION, hidden=4224), PersistentConfig(block_k=64), 132)
+    with pytest.raises(ValueError, match="dispatch_rows=6 must be a power of two"):
+        persistent_launch(PRODUCTION, PersistentConfig(block_k=64, dispatch_rows=6), 132)
+    with pytest.raises(ValueError, match="block_m=8: tl.dot needs at least 16 rows"):
+        persistent_launch(PRODUCTION, PersistentConfig(block_m=8, block_k=64), 132)
+    with pytest.raises(ValueError, match="programs=0 must be >= 1"):
+        persistent_launch(PRODUCTION, choose_persistent(PRODUCTION), 0)
+
+
+def test_default_knobs():
+    big = choose_persistent(PRODUCTION)
+    assert (big.block_m, big.block_n1, big.block_n2, big.block_k, big.num_warps) == (128, 128, 256, 64, 8)
+    assert (big.tma_w1, big.tma_w2, big.tma_h) == (True, False, False)
+    small = choose_persistent(MoEConfig(256, 192, 4, 4, 33))
+    assert (small.block_m, small.block_n1, small.block_n2, small.num_warps) == (64, 64, 128, 4)
+    persistent_launch(MoEConfig(256, 192, 4, 4, 33), small, 8)  # fits the shape
+    fp8 = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"))
+    assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (64, 128, 256, 128, 4)
+
+
+def test_wait_names_are_the_device_table():
+    """The kernel passes a wait's index into moe-device.cu's name table; the report prints that name."""
+    source = (ROOT / "tutorials" / "megamoe" / "moe-device.cu").read_text()
+    table = source[source.index("moe_wait_names[] = {") : source.index("};", source.index("moe_wait_names[] = {"))]
+    assert tuple(re.findall(r'"([^"]+)"', table)) == persistent.WAIT_NAMES
+
+
+def test_layer_argument_checks_of_the_persistent_impl():
+    from tutorials.megamoe import MegaMoE
+
+    with pytest.raises(ValueError, match=r"impl='one'; use one of \('launches', 'persistent'\)"):
+        MegaMoE(128, 128, 2, 1, 8, torch.empty(0), torch.empty(0), impl="one")  # before anything needs a GPU
+    layer = MegaMoE.__new__(MegaMoE)
+    layer.closed, layer.cfg, layer.impl = False, MoEConfig(128, 128, 2, 1, 64, 1, "bf16"), "persistent"
+    enqueued = []
+    layer._bindings = lambda x, logits, y: {"T": x.shape[0]}
+    layer.run = lambda bindings, tokens: enqueued.append(tokens)
+    y = layer(torch.zeros(0, 128, dtype=torch.bfloat16), torch.zeros(0, 2))  # a rank without tokens
+    assert enqueued == [0] and y.shape == (0, 128)
+    layer.impl = "launches"
+    with pytest.raises(ValueError, match=r"with 1 <= T <= 64"):
+        layer(torch.zeros(0, 128, dtype=torch.bfloat16), torch.zeros(0, 2))
+    runner = MegaMoE.__new__(MegaMoE)
+    runner.impl = "persistent"
+    with pytest.raises(ValueError, match="impl='persistent' runs a call as one launch, not by steps"):
+        runner.run({}, 64, only=("moe_l2",))

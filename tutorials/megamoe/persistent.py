@@ -1,0 +1,717 @@
+"""One MegaMoE call as one persistent kernel launch (``MegaMoE(..., impl="persistent")``).
+
+``moe_persistent`` runs routing, dispatch, the L1 GEMM + SwiGLU, the L2 GEMM, the combine and the
+write-back of one call as *work items* of a single launch, in bf16 or in fp8 e4m3 with per-128 block
+scales (the math of ``kernels`` / ``kernels_fp8``, bit for bit in the quantization). No host
+value is needed: the token count is a kernel argument and every count the call discovers (pairs per
+expert, M tiles, rows per source) stays on the device, so one launch per rank per call, captured in a
+CUDA graph or not, is the whole call.
+
+Work items, in hand-out order (:class:`Schedule` gives the regions):
+
+==========  =========================================  ============================================
+region      one item                                   waits for (then releases)
+==========  =========================================  ============================================
+route       ROUTE_TOKENS tokens x ROUTE_COLS columns:  nothing (route_done)
+            top-k + softmax (column chunk 0), x copied
+            (bf16, world > 1) or quantized (fp8)
+plan        one destination rank r: its send list,     every route item (a signal to r: plan flag)
+            slots, and the rank of each pair among the
+            pairs it sends to its expert on r
+layout      this rank's pair layout: rows per source,  every rank's plan for this rank (flags)
+            pairs per expert, M tiles (then signals     (layout_done)
+            "nothing to combine" to sources without
+            rows)
+dispatch    DISPATCH_ROWS slots of one source: pulls   layout (dispatch_done, rows landed per
+            the rows (raw ``moe_pull``), places pairs   M tile)
+L1          one (M tile, N tile): gate/up GEMM, SwiGLU  the M tile's rows landed (L1 done per M tile)
+L2          one (M tile, N tile)                        the M tile's L1 tiles (L2 done per M tile)
+combine     COMBINE_ROWS rows of one source: weighted  dispatch; the M tiles of its pairs' L2;
+            sum of their pairs, pushed to the source    (a signal to the source after its last row)
+            (raw ``moe_push``); world 1: written to y
+reduce      REDUCE_ROWS tokens: sum of the partials     every rank's combine for this rank (flags)
+            the ranks pushed (world > 1 only)
+==========  =========================================  ============================================
+
+Items come from one atomic counter. The GEMM regions are sized for the most M tiles any routing can
+make; an item past the call's M tiles (known once the layout is done) moves the counter to the next
+region, so the other empty items are skipped (nothing waits for them).
+
+**Progress (no deadlock, at any grid size, one program included).** Every wait of an item is for
+items of an earlier region of the same rank, for items of the same region with a lower index (none
+here), or for items of an earlier region on another rank (plan before layout, combine before
+reduce); and no item of the plan or combine region waits for another rank. Take an item that never
+finishes with the earliest region among such items, and within it the lowest index on its rank. What
+it waits for on its rank has a lower index, so it was handed out before it, to a program that was
+running then (only running programs take items) and that runs its items in index order; it is in an
+earlier region, so by the choice it finishes. What it waits for on another rank is in an earlier
+region, and so is every item that rank hands out before it: they all finish, so that rank's programs
+keep taking items and reach it, and it finishes too. So every item finishes. A single program runs
+its items in index order, and whatever an item waits for on its own rank it ran before. Each program
+takes the next index before it runs the current one (to hide the atomic's latency): it still runs its
+items in index order, which is all the argument uses. Ranks must run concurrently: one per GPU, or
+several on one GPU with grids that leave SMs to each other (``programs`` default: SMs per PE).
+
+Every wait is bounded (``moe_wait_count`` / ``moe_wait_each`` / ``moe_wait_flag`` in moe-device.cu, over
+``<triton_raw/bounded_wait.h>``, ``wait_ms`` from ``knobs.wait_timeout_ms()``): a fault ends the
+launch with a one-line report instead of a hang. One thread of a program polls, the others wait at a
+CTA barrier, so that spinning programs do not crowd the memory system the working ones use.
+
+**Ordering.** Work published to other programs is stored, then a CTA barrier, then a release atomic
+(GPU scope) on a counter; the waiter's acquire load orders its loads after it. Flags between ranks
+carry the call's epoch: ``moe_signal`` makes every thread's earlier stores visible (barrier, system
+fence, release store at system scope on the peer's word) and the peer waits with an acquire at system
+scope. The epoch is a device counter (``epoch_ptr``) that the last program of the launch raises, and
+``sched`` (the counters) is zeroed by that same program, so calls back to back and CUDA-graph replays
+need no host counter, reset or barrier. Buffers peers read (x, routing, send lists) or write (comb)
+are rewritten only in a later call, which a rank starts after its reduce saw every peer's combine
+flag, and a peer raises that flag after its last read of this rank's buffers and last push into
+them (its combine needs every row it pulled); the next call's pushes into ``comb`` come after the
+pusher saw this rank's next plan flag, raised only after this rank's last reduce.
+
+``item_begin`` / ``item_end`` run a slice of the items: Triton's interpreter runs the programs of a
+launch one after another and the ranks one after another, so the CPU simulation runs each rank's
+slice up to a wait on other ranks, then the next slice (:meth:`Schedule.slices`); the epoch advances
+with the slice that ends the call. On the GPU one launch runs them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from triton_raw_ext import dialect
+
+from .config import FP8_BLOCK, MoEConfig, max_m_tiles, next_pow2
+from .kernels import DEVICE_FILE, _tile_of, _topk_rows, moe_peer_ptr, moe_pull, moe_push
+from .kernels_fp8 import _quantize_rows
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_wait_count(counter, expected, what, me, timeout_ms): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_wait_each(counter, expected, what, me, timeout_ms): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_wait_flag(flag, epoch, what, me, peer, timeout_ms): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_signal(flag_sym, value, pe): ...
+
+
+QBLOCK = tl.constexpr(FP8_BLOCK)
+# Words of ``sched`` (int32, zero between calls); COMB_DONE has one word per source rank, then
+# come the per-M-tile counters (Schedule.sched_words).
+NEXT = tl.constexpr(0)  # the next item, relative to item_begin
+EXITED = tl.constexpr(1)  # programs that left the item loop
+ROUTE_DONE = tl.constexpr(2)
+LAYOUT_DONE = tl.constexpr(3)
+DISPATCH_DONE = tl.constexpr(4)
+COMB_DONE = tl.constexpr(5)
+SCHED_FIXED = 5  # words before COMB_DONE's
+# What a wait is for, by the index the kernel passes: moe-device.cu's moe_wait_names, in the same order
+# (the report of an expired wait prints the name).
+WAIT_NAMES = (
+    "route items done", "layout done", "dispatch items done", "rows landed in M tile", "L1 tiles done of M tile",
+    "L2 tiles done of M tile", "plan flag", "combine flag",
+)  # fmt: skip
+WAIT_ROUTE = tl.constexpr(WAIT_NAMES.index("route items done"))
+WAIT_LAYOUT = tl.constexpr(WAIT_NAMES.index("layout done"))
+WAIT_DISPATCH = tl.constexpr(WAIT_NAMES.index("dispatch items done"))
+WAIT_LANDED = tl.constexpr(WAIT_NAMES.index("rows landed in M tile"))
+WAIT_L1 = tl.constexpr(WAIT_NAMES.index("L1 tiles done of M tile"))
+WAIT_L2 = tl.constexpr(WAIT_NAMES.index("L2 tiles done of M tile"))
+WAIT_PLAN = tl.constexpr(WAIT_NAMES.index("plan flag"))
+WAIT_COMBINE = tl.constexpr(WAIT_NAMES.index("combine flag"))
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for non-negative a and positive b."""
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The work items of one call, region by region in hand-out order, and the sizes of the kernel's
+    counter (``sched``) and layout (``layout``) buffers. Built from the layer's shape and the item
+    sizes; the GEMM regions count every M tile any routing can make (``m_tiles``)."""
+
+    world: int
+    local_experts_p2: int
+    m_tiles: int
+    route: int
+    plan: int
+    layout: int
+    dispatch: int
+    l1: int
+    l2: int
+    combine: int
+    reduce: int
+
+    REGIONS = ("route", "plan", "layout", "dispatch", "l1", "l2", "combine", "reduce")
+
+    @classmethod
+    def of(
+        cls, cfg: MoEConfig, *, block_m: int, n1_tiles: int, n2_tiles: int, route_items: int, dispatch_rows: int,
+        combine_rows: int, reduce_rows: int,
+    ) -> Schedule:  # fmt: skip
+        """The schedule of a layer ``cfg`` with these tile counts and items sizes."""
+        w, t = cfg.world, cfg.max_tokens
+        m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, block_m)
+        return cls(
+            world=w, local_experts_p2=next_pow2(cfg.local_experts), m_tiles=m_tiles, route=route_items, plan=w,
+            layout=1, dispatch=w * cdiv(t, dispatch_rows), l1=m_tiles * n1_tiles, l2=m_tiles * n2_tiles,
+            combine=w * cdiv(t, combine_rows), reduce=cdiv(t, reduce_rows) if w > 1 else 0,
+        )  # fmt: skip
+
+    def starts(self) -> dict[str, int]:
+        """First item of each region (``PLAN_START`` ... ``REDUCE_START``) and ``N_ITEMS``: kernel constexprs."""
+        out, first = {}, 0
+        for region in self.REGIONS:
+            if region != "route":
+                out[f"{region.upper()}_START"] = first
+            first += getattr(self, region)
+        out["N_ITEMS"] = first
+        return out
+
+    def slices(self) -> list[tuple[int, int]]:
+        """(item_begin, item_end) of the runs that need no other rank to be running at the same time:
+        up to the layout (which waits for every rank's plan), up to the reduce (which waits for every
+        rank's combine), the rest."""
+        s = self.starts()
+        cuts = [0, s["LAYOUT_START"], s["REDUCE_START"], s["N_ITEMS"]]
+        return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+    @property
+    def sched_words(self) -> int:
+        """Length of ``sched``: the fixed counters, combine items done per source, then rows landed, L1
+        tiles done and L2 tiles done per M tile."""
+        return SCHED_FIXED + self.world + 3 * self.m_tiles
+
+    @property
+    def layout_words(self) -> int:
+        """Length of ``layout``: M tiles; pairs, first pair and first M tile per local expert; first pair
+        per (source, local expert)."""
+        return 1 + (3 + self.world) * self.local_experts_p2
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+
+@triton.jit(do_not_specialize=["T", "me", "wait_ms", "item_begin", "item_end"])
+def moe_persistent(
+    logits_ptr, x_ptr, y_ptr,
+    x_sym, ids_sym, w_sym, rank_sym, send_idx_sym, send_count_sym, send_pairs_sym, comb_sym, plan_flag_sym,
+    comb_flag_sym,
+    slot_ptr, recv_x, recv_ids, recv_w, recv_n, layout_ptr, sorted_row, inv_pos,
+    a_src, h_ptr, h_op, y_pair, staging, sched_ptr, epoch_ptr, w1_op, w2_op,
+    T, me, wait_ms, item_begin, item_end,
+    xs_sym, recv_xs, a_scale, hs_ptr, w1s_ptr, w2s_ptr,
+    H: tl.constexpr, INTER: tl.constexpr, E: tl.constexpr, E_P2: tl.constexpr, K: tl.constexpr,
+    K_P2: tl.constexpr, E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr, W_P2: tl.constexpr,
+    T_MAX: tl.constexpr, FP8: tl.constexpr, COPY_X: tl.constexpr, PULL: tl.constexpr, PUSH: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, M_TILES: tl.constexpr, TMA_W1: tl.constexpr, TMA_W2: tl.constexpr,
+    TMA_H: tl.constexpr, ROUTE_TOKENS: tl.constexpr, ROUTE_COLS: tl.constexpr, PLAN_TOKENS: tl.constexpr,
+    DISPATCH_ROWS: tl.constexpr, COMBINE_ROWS: tl.constexpr, REDUCE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_HR: tl.constexpr, PLAN_START: tl.constexpr, LAYOUT_START: tl.constexpr, DISPATCH_START: tl.constexpr,
+    L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
+    N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr,
+):  # fmt: skip
+    """One call of the layer on this rank: every program takes items until none is left (module
+    docstring). bf16 passes None for the fp8 scale buffers (the last six). ``a_src`` / ``a_scale`` are the
+    L1's A rows (x, or x_sym + x_scale in fp8, at world 1; the received rows at world > 1); ``h_op`` /
+    ``w1_op`` / ``w2_op`` are tensor descriptors where TMA_H / TMA_W1 / TMA_W2, else the tensors;
+    ``staging`` is y at world 1 (the combine writes it)."""
+    N1: tl.constexpr = INTER // BLOCK_N1
+    N2: tl.constexpr = H // BLOCK_N2
+    LANDED: tl.constexpr = COMB_DONE + WORLD  # per M tile: its pairs placed (rows landed)
+    L1_DONE: tl.constexpr = LANDED + M_TILES  # per M tile: its L1 tiles done
+    L2_DONE: tl.constexpr = L1_DONE + M_TILES  # per M tile: its L2 tiles done
+    epoch = tl.load(epoch_ptr) + 1  # this call's; the last program stores it (item_end == N_ITEMS)
+    item = item_begin + tl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed")
+    while item < item_end:
+        following = item_begin + tl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed")
+        if item < PLAN_START:
+            _route_item(item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, sched_ptr, H, E, E_P2, K, K_P2,
+                        FP8, COPY_X, ROUTE_TOKENS, ROUTE_COLS)  # fmt: skip
+        elif item < LAYOUT_START:
+            _plan_item(item - PLAN_START, T, me, epoch, wait_ms, ids_sym, rank_sym, slot_ptr, send_idx_sym,
+                       send_count_sym, send_pairs_sym, plan_flag_sym, sched_ptr, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
+                       PLAN_TOKENS, PLAN_START)  # fmt: skip
+        elif item < DISPATCH_START:
+            _layout_item(me, epoch, wait_ms, send_count_sym, send_pairs_sym, plan_flag_sym, comb_flag_sym, recv_n,
+                         layout_ptr, sched_ptr, E_LOC, EL_P2, WORLD, W_P2, BLOCK_M, PUSH)  # fmt: skip
+        elif item < L1_START:
+            _dispatch_item(item - DISPATCH_START, me, wait_ms, x_sym, xs_sym, ids_sym, w_sym, rank_sym, send_idx_sym,
+                           recv_x, recv_xs, recv_ids, recv_w, recv_n, layout_ptr, sorted_row, inv_pos, sched_ptr,
+                           sched_ptr + LANDED, H, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX, FP8, PULL, BLOCK_M,
+                           DISPATCH_ROWS)  # fmt: skip
+        elif item < L2_START:
+            idx = item - L1_START
+            n_mt = _m_tiles(layout_ptr, sched_ptr, me, wait_ms)
+            if idx >= n_mt * N1:  # past this call's M tiles: so is the rest of the region
+                tl.atomic_max(sched_ptr + NEXT, L2_START - item_begin, sem="relaxed")
+            else:
+                pid_m, pid_n = _tile_of(idx, n_mt, N1, GROUP_M)
+                expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2, BLOCK_M)
+                landed = tl.minimum(row_end - row0, BLOCK_M)
+                row0 += moe_wait_count(sched_ptr + LANDED + pid_m, landed, WAIT_LANDED, me, wait_ms)
+                if FP8:
+                    _l1_tile_fp8(a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end,
+                                 pid_n, H, INTER, BLOCK_M, TMA_W1)  # fmt: skip
+                else:
+                    _l1_tile_bf16(a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER, BLOCK_M,
+                                  BLOCK_N1, BLOCK_K, TMA_W1)  # fmt: skip
+                _release(sched_ptr + L1_DONE + pid_m)
+        elif item < COMBINE_START:
+            idx = item - L2_START
+            n_mt = _m_tiles(layout_ptr, sched_ptr, me, wait_ms)
+            if idx >= n_mt * N2:
+                tl.atomic_max(sched_ptr + NEXT, COMBINE_START - item_begin, sem="relaxed")
+            else:
+                pid_m, pid_n = _tile_of(idx, n_mt, N2, GROUP_M)
+                expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2, BLOCK_M)
+                row0 += moe_wait_count(sched_ptr + L1_DONE + pid_m, N1, WAIT_L1, me, wait_ms)
+                if FP8:
+                    _l2_tile_fp8(h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H, INTER,
+                                 BLOCK_M, BLOCK_N2, TMA_W2, TMA_H)  # fmt: skip
+                else:
+                    _l2_tile_bf16(h_op, w2_op, y_pair, expert, row0, row_end, pid_n, H, INTER, BLOCK_M, BLOCK_N2,
+                                  BLOCK_K, TMA_W2, TMA_H)  # fmt: skip
+                _release(sched_ptr + L2_DONE + pid_m)
+        elif item < REDUCE_START:
+            _combine_item(item - COMBINE_START, me, epoch, wait_ms, recv_ids, recv_w, recv_n, inv_pos, layout_ptr,
+                          y_pair, staging, comb_sym, comb_flag_sym, sched_ptr, sched_ptr + L2_DONE, H, K, K_P2,
+                          E_LOC, EL_P2, WORLD, T_MAX, BLOCK_M, N2, PUSH, COMBINE_ROWS, BLOCK_H,
+                          L1_START - DISPATCH_START)  # fmt: skip
+        else:
+            _reduce_item(item - REDUCE_START, T, me, epoch, wait_ms, comb_sym, comb_flag_sym, slot_ptr, y_ptr, H,
+                         WORLD, W_P2, T_MAX, REDUCE_ROWS, BLOCK_HR)  # fmt: skip
+        item = following
+    if tl.atomic_add(sched_ptr + EXITED, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
+        s = tl.arange(0, SCHED_P2)  # every other program has left the loop: reset for the next call
+        tl.store(sched_ptr + s, tl.zeros_like(s), mask=s < SCHED_WORDS)
+        if item_end == N_ITEMS:
+            tl.store(epoch_ptr, epoch)
+
+
+@triton.jit
+def _release(counter):
+    """Count one finished item on ``counter``: every thread's stores first, then a release add."""
+    tl.debug_barrier()
+    tl.atomic_add(counter, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _m_tiles(layout_ptr, sched_ptr, me, wait_ms):
+    """This call's M tiles (once the layout item has run)."""
+    zero = moe_wait_count(sched_ptr + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
+    return tl.load(layout_ptr + zero, cache_modifier=".cg")
+
+
+@triton.jit
+def _route_item(
+    item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, sched_ptr, H: tl.constexpr, E: tl.constexpr,
+    E_P2: tl.constexpr, K: tl.constexpr, K_P2: tl.constexpr, FP8: tl.constexpr, COPY_X: tl.constexpr,
+    ROUTE_TOKENS: tl.constexpr, ROUTE_COLS: tl.constexpr,
+):  # fmt: skip
+    """Tokens [tb * ROUTE_TOKENS, +ROUTE_TOKENS) x columns [ch * ROUTE_COLS, +ROUTE_COLS): chunk 0 routes
+    them; fp8 quantizes the columns into x_sym + x_scale, bf16 with COPY_X copies them into x_sym."""
+    CHUNKS: tl.constexpr = H // ROUTE_COLS if (FP8 or COPY_X) else 1
+    tb = item // CHUNKS
+    ch = item % CHUNKS
+    offs_t = tb * ROUTE_TOKENS + tl.arange(0, ROUTE_TOKENS)
+    rows = offs_t.to(tl.int64)
+    mask_t = offs_t < T
+    if tb * ROUTE_TOKENS < T:
+        if ch == 0:
+            _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
+        if FP8:
+            cc = tl.arange(0, QBLOCK)
+            for cb in range(0, ROUTE_COLS // QBLOCK):
+                kb = ch * (ROUTE_COLS // QBLOCK) + cb
+                offs = rows[:, None] * H + kb * QBLOCK + cc[None, :]
+                q, scale = _quantize_rows(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32))
+                tl.store(x_sym + offs, q, mask=mask_t[:, None])
+                tl.store(xs_sym + rows * (H // QBLOCK) + kb, scale, mask=mask_t)
+        elif COPY_X:
+            cc = tl.arange(0, 64)  # H and ROUTE_COLS are multiples of 64
+            for c0 in range(0, ROUTE_COLS, 64):
+                offs = rows[:, None] * H + ch * ROUTE_COLS + c0 + cc[None, :]
+                tl.store(x_sym + offs, tl.load(x_ptr + offs, mask=mask_t[:, None]), mask=mask_t[:, None])
+    _release(sched_ptr + ROUTE_DONE)
+
+
+@triton.jit
+def _plan_item(
+    r, T, me, epoch, wait_ms, ids_sym, rank_sym, slot_ptr, send_idx_sym, send_count_sym, send_pairs_sym,
+    plan_flag_sym, sched_ptr, K: tl.constexpr, K_P2: tl.constexpr, E_LOC: tl.constexpr, EL_P2: tl.constexpr,
+    WORLD: tl.constexpr, T_MAX: tl.constexpr, PLAN_TOKENS: tl.constexpr, N_ROUTE: tl.constexpr,
+):  # fmt: skip
+    """Destination rank r: the tokens it gets (each once, in token order = slot order) into send_idx[r]
+    and send_count[r], their slots into slot[:, r]; for each pair (t, k) whose expert lives on r, its
+    rank among this rank's pairs for that expert into rank_sym[t, k], the pairs per expert into
+    send_pairs[r]. Then raises this rank's plan flag on r."""
+    zero = moe_wait_count(sched_ptr + ROUTE_DONE, N_ROUTE, WAIT_ROUTE, me, wait_ms)
+    kk = tl.arange(0, K_P2)
+    ee = tl.arange(0, EL_P2)
+    base = tl.zeros([], dtype=tl.int32)
+    per_expert = tl.zeros([EL_P2], dtype=tl.int32)
+    for t0 in range(0, T_MAX, PLAN_TOKENS):  # static bound; tokens past T are masked
+        offs_t = t0 + zero + tl.arange(0, PLAN_TOKENS)
+        mask_t = offs_t < T
+        valid = mask_t[:, None] & (kk[None, :] < K)
+        ids = tl.load(ids_sym + offs_t[:, None] * K + kk[None, :], mask=valid, other=-1, cache_modifier=".cg")
+        e = ids - r * E_LOC
+        hit = valid & (e >= 0) & (e < E_LOC)
+        sent = tl.max(hit.to(tl.int32), axis=1)
+        slot = base + tl.cumsum(sent, axis=0) - 1
+        tl.store(slot_ptr + offs_t * WORLD + r, tl.where(sent > 0, slot, -1), mask=mask_t)
+        tl.store(send_idx_sym + r * T_MAX + slot, offs_t, mask=mask_t & (sent > 0))
+        match = hit[:, :, None] & (e[:, :, None] == ee[None, None, :])  # [tokens, k, local expert]
+        onehot = tl.sum(match.to(tl.int32), axis=1)  # a token has each expert at most once
+        before = per_expert[None, :] + tl.cumsum(onehot, axis=0) - onehot
+        rank = tl.sum(tl.where(match, before[:, None, :], 0), axis=2)
+        tl.store(rank_sym + offs_t[:, None] * K + kk[None, :], rank, mask=hit)
+        per_expert += tl.sum(onehot, axis=0)
+        base += tl.sum(sent, axis=0)
+    tl.store(send_count_sym + r, base)
+    tl.store(send_pairs_sym + r * E_LOC + ee, per_expert, mask=ee < E_LOC)
+    moe_signal(plan_flag_sym + me, epoch, r)
+
+
+@triton.jit
+def _layout_item(
+    me, epoch, wait_ms, send_count_sym, send_pairs_sym, plan_flag_sym, comb_flag_sym, recv_n, layout_ptr, sched_ptr,
+    E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr, W_P2: tl.constexpr, BLOCK_M: tl.constexpr,
+    PUSH: tl.constexpr,
+):  # fmt: skip
+    """Once every rank's plan for this rank is in: rows per source (recv_n) and the pair layout. Pairs are
+    grouped by local expert, then by source, then in the source's order; M tiles of BLOCK_M pairs never
+    span two experts. ``layout``: [0] M tiles, then per local expert its pairs, first pair and first M
+    tile, then the first pair of each (source, expert). Sources that send nothing get this rank's
+    combine flag at once (PUSH: world > 1)."""
+    ww = tl.arange(0, W_P2)
+    ee = tl.arange(0, EL_P2)
+    counts = tl.zeros([W_P2], dtype=tl.int32)
+    pairs = tl.zeros([W_P2, EL_P2], dtype=tl.int32)
+    for src in tl.static_range(WORLD):
+        zero = moe_wait_flag(plan_flag_sym + src, epoch, WAIT_PLAN, me, src, wait_ms)
+        their_count = moe_peer_ptr(send_count_sym, src).to(tl.pointer_type(tl.int32))
+        their_pairs = moe_peer_ptr(send_pairs_sym, src).to(tl.pointer_type(tl.int32))
+        c = tl.load(their_count + me + zero, cache_modifier=".cg")
+        p = tl.load(their_pairs + me * E_LOC + ee + zero, mask=ee < E_LOC, other=0, cache_modifier=".cg")
+        counts = tl.where(ww == src, c, counts)
+        pairs = tl.where(ww[:, None] == src, p[None, :], pairs)
+    tl.store(recv_n + ww, counts, mask=ww < WORLD)
+    total = tl.sum(pairs, axis=0)
+    tiles = (total + BLOCK_M - 1) // BLOCK_M
+    first_pair = tl.cumsum(total, axis=0) - total
+    tl.store(layout_ptr, tl.sum(tiles, axis=0))
+    tl.store(layout_ptr + 1 + ee, total)
+    tl.store(layout_ptr + 1 + EL_P2 + ee, first_pair)
+    tl.store(layout_ptr + 1 + 2 * EL_P2 + ee, tl.cumsum(tiles, axis=0) - tiles)
+    src_first = first_pair[None, :] + tl.cumsum(pairs, axis=0) - pairs
+    tl.store(layout_ptr + 1 + 3 * EL_P2 + ww[:, None] * EL_P2 + ee[None, :], src_first, mask=(ww < WORLD)[:, None])
+    if PUSH:
+        for src in tl.static_range(WORLD):
+            if tl.sum(tl.where(ww == src, counts, 0), axis=0) == 0:
+                moe_signal(comb_flag_sym + me, epoch, src)
+    _release(sched_ptr + LAYOUT_DONE)
+
+
+@triton.jit
+def _tile_rows(layout_ptr, pid_m, E_LOC: tl.constexpr, EL_P2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(local expert, first pair, end of the expert's pairs) of M tile ``pid_m`` of the layout."""
+    ee = tl.arange(0, EL_P2)
+    inside = ee < E_LOC
+    total = tl.load(layout_ptr + 1 + ee, mask=inside, other=0, cache_modifier=".cg")
+    first_pair = tl.load(layout_ptr + 1 + EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
+    first_tile = tl.load(layout_ptr + 1 + 2 * EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
+    tile_end = tl.where(inside, first_tile + (total + BLOCK_M - 1) // BLOCK_M, 0x7FFFFFFF)
+    expert = tl.sum((tile_end <= pid_m).to(tl.int32), axis=0)
+    this = ee == expert
+    start = tl.sum(tl.where(this, first_pair, 0), axis=0)
+    row0 = start + (pid_m - tl.sum(tl.where(this, first_tile, 0), axis=0)) * BLOCK_M
+    return expert, row0, start + tl.sum(tl.where(this, total, 0), axis=0)
+
+
+@triton.jit
+def _pair_tiles(layout_ptr, e, pos, owned, EL_P2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """M tile of each pair at position ``pos`` of local expert ``e`` (0 where not ``owned``)."""
+    e_safe = tl.where(owned, e, 0)
+    first_pair = tl.load(layout_ptr + 1 + EL_P2 + e_safe, cache_modifier=".cg")
+    first_tile = tl.load(layout_ptr + 1 + 2 * EL_P2 + e_safe, cache_modifier=".cg")
+    return tl.where(owned, first_tile + (pos - first_pair) // BLOCK_M, 0)
+
+
+@triton.jit
+def _dispatch_item(
+    idx, me, wait_ms, x_sym, xs_sym, ids_sym, w_sym, rank_sym, send_idx_sym, recv_x, recv_xs, recv_ids, recv_w,
+    recv_n, layout_ptr, sorted_row, inv_pos, sched_ptr, landed_ptr, H: tl.constexpr, K: tl.constexpr,
+    K_P2: tl.constexpr,
+    E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr, T_MAX: tl.constexpr, FP8: tl.constexpr,
+    PULL: tl.constexpr, BLOCK_M: tl.constexpr, DISPATCH_ROWS: tl.constexpr,
+):  # fmt: skip
+    """Slots [blk * DISPATCH_ROWS, +DISPATCH_ROWS) of source src (this rank's own first): pull each token
+    row into received row src * T_MAX + slot (PULL: world > 1), copy its routing, place its pairs at
+    their layout positions (sorted_row, inv_pos), then count them landed in their M tiles."""
+    BLOCKS: tl.constexpr = (T_MAX + DISPATCH_ROWS - 1) // DISPATCH_ROWS
+    src = (me + idx // BLOCKS) % WORLD
+    slot0 = (idx % BLOCKS) * DISPATCH_ROWS
+    zero = moe_wait_count(sched_ptr + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
+    n = tl.load(recv_n + src + zero, cache_modifier=".cg")
+    if slot0 < n:
+        their_idx = moe_peer_ptr(send_idx_sym, src).to(tl.pointer_type(tl.int32)) + me * T_MAX
+        if PULL:
+            for j in range(0, DISPATCH_ROWS):
+                if slot0 + j < n:
+                    t = tl.load(their_idx + slot0 + j, cache_modifier=".cg").to(tl.int64)
+                    row = (src * T_MAX + slot0 + j).to(tl.int64)
+                    if FP8:
+                        moe_pull(recv_x + row * H, x_sym + t * H, H, src)
+                        moe_pull(recv_xs + row * (H // QBLOCK), xs_sym + t * (H // QBLOCK), (H // QBLOCK) * 4, src)
+                    else:
+                        moe_pull(recv_x + row * H, x_sym + t * H, H * 2, src)
+        slots = slot0 + tl.arange(0, DISPATCH_ROWS)
+        live = slots < n
+        tok = tl.load(their_idx + slots, mask=live, other=0, cache_modifier=".cg").to(tl.int64)
+        rows = (src * T_MAX + slots).to(tl.int64)
+        kk = tl.arange(0, K_P2)
+        mk = live[:, None] & (kk[None, :] < K)
+        at = tok[:, None] * K + kk[None, :]
+        ids = tl.load(moe_peer_ptr(ids_sym, src).to(tl.pointer_type(tl.int32)) + at, mask=mk, other=-1,
+                      cache_modifier=".cg")  # fmt: skip
+        wts = tl.load(moe_peer_ptr(w_sym, src).to(tl.pointer_type(tl.float32)) + at, mask=mk, other=0.0,
+                      cache_modifier=".cg")  # fmt: skip
+        e = ids - me * E_LOC
+        owned = mk & (e >= 0) & (e < E_LOC)
+        rank = tl.load(moe_peer_ptr(rank_sym, src).to(tl.pointer_type(tl.int32)) + at, mask=owned, other=0,
+                       cache_modifier=".cg")  # fmt: skip
+        out = rows[:, None] * K + kk[None, :]
+        tl.store(recv_ids + out, ids, mask=mk)
+        tl.store(recv_w + out, wts, mask=mk)
+        pos = tl.load(layout_ptr + 1 + 3 * EL_P2 + src * EL_P2 + tl.where(owned, e, 0), cache_modifier=".cg") + rank
+        tl.store(sorted_row + pos, (rows[:, None] + tl.zeros_like(kk)[None, :]).to(tl.int32), mask=owned)
+        tl.store(inv_pos + out, tl.where(owned, pos, -1), mask=mk)
+        tile = _pair_tiles(layout_ptr, e, pos, owned, EL_P2, BLOCK_M)
+        tl.debug_barrier()  # the rows pulled and the pairs placed, by every thread, before the counts
+        tl.atomic_add(landed_ptr + tile, tl.full(tile.shape, 1, tl.int32), mask=owned, sem="release", scope="gpu")
+    _release(sched_ptr + DISPATCH_DONE)
+
+
+@triton.jit
+def _a_rows(sorted_row, row0, row_end, BLOCK_M: tl.constexpr):
+    """(pair positions, which of them are the expert's, their received rows) of an L1 tile's BLOCK_M pairs."""
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < row_end
+    rows = tl.load(sorted_row + offs_m, mask=mask_m, other=0, cache_modifier=".cg").to(tl.int64)
+    return offs_m, mask_m, rows
+
+
+@triton.jit
+def _l1_tile_bf16(
+    a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W1: tl.constexpr,
+):  # fmt: skip
+    """h[p, n] = silu(x_p @ w1[e][:, n]) * (x_p @ w1[e][:, INTER + n]) for the tile's pairs p; A rows
+    gathered through sorted_row; w1 [E_LOC * H, 2 * INTER] through TMA_W1's descriptor or pointers."""
+    offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, BLOCK_M)
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_src + rows[:, None] * H + offs_k[None, :]
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, H, BLOCK_K):
+        a = tl.load(a_ptrs + k, mask=mask_m[:, None], other=0.0)
+        if TMA_W1:
+            gate = w1_op.load([expert * H + k, n0])
+            up = w1_op.load([expert * H + k, INTER + n0])
+        else:
+            w_ptrs = w1_op + (expert.to(tl.int64) * H + k + offs_k)[:, None] * (2 * INTER) + offs_n[None, :]
+            gate = tl.load(w_ptrs)
+            up = tl.load(w_ptrs + INTER)
+        acc_g = tl.dot(a, gate, acc_g)
+        acc_u = tl.dot(a, up, acc_u)
+    h = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_n[None, :], h.to(tl.bfloat16), mask=mask_m[:, None])
+
+
+@triton.jit
+def _l1_tile_fp8(
+    a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end, pid_n, H: tl.constexpr,
+    INTER: tl.constexpr, BLOCK_M: tl.constexpr, TMA_W1: tl.constexpr,
+):  # fmt: skip
+    """As ``moe_l1_swiglu_fp8``: per K block of 128, ``acc += dot(a, b) * (a_scale * b_scale)``; SwiGLU; h
+    quantized per (pair, 128 columns). The weights are ``persistent_launch.persistent_weights``': each
+    128 columns of gate followed by the same columns of up, so one 256-wide dot does both halves (two
+    dots would each wait for their wgmma before the scaling). w1q [E_LOC * 2 * INTER, H] K-major, through
+    TMA_W1's descriptor ([256, 128] boxes, transposed for the dot) or pointers."""
+    KB: tl.constexpr = H // QBLOCK
+    offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, BLOCK_M)
+    offs_k = tl.arange(0, QBLOCK)
+    gate_up = tl.arange(0, 2 * QBLOCK)
+    e = expert.to(tl.int64)
+    w_row = expert * 2 * INTER + pid_n * 2 * QBLOCK  # this tile's gate block, then its up block
+    s_ptr = w1s_ptr + (e * (INTER // QBLOCK) + pid_n) * 2 * KB  # their scales: KB for gate, then KB for up
+    a_ptrs = a_src + rows[:, None] * H + offs_k[None, :]
+    acc = tl.zeros([BLOCK_M, 2 * QBLOCK], dtype=tl.float32)
+    for kb in range(0, KB):
+        a = tl.load(a_ptrs + kb * QBLOCK, mask=mask_m[:, None], other=0.0)
+        a_s = tl.load(a_scale + rows * KB + kb, mask=mask_m, other=0.0)
+        if TMA_W1:
+            b = w1_op.load([w_row, kb * QBLOCK]).T
+        else:
+            b = tl.load(w1_op + (w_row + gate_up).to(tl.int64)[None, :] * H + (offs_k + kb * QBLOCK)[:, None])
+        b_s = tl.where(gate_up < QBLOCK, tl.load(s_ptr + kb), tl.load(s_ptr + KB + kb))
+        acc += tl.dot(a, b) * (a_s[:, None] * b_s[None, :])
+    g, u = tl.split(tl.permute(tl.reshape(acc, [BLOCK_M, 2, QBLOCK]), [0, 2, 1]))
+    q, scale = _quantize_rows(g * tl.sigmoid(g) * u)
+    offs_p = offs_m.to(tl.int64)
+    offs_n = pid_n * QBLOCK + tl.arange(0, QBLOCK)
+    tl.store(h_ptr + offs_p[:, None] * INTER + offs_n[None, :], q, mask=mask_m[:, None])
+    tl.store(hs_ptr + offs_p * (INTER // QBLOCK) + pid_n, scale, mask=mask_m)
+
+
+@triton.jit
+def _l2_tile_bf16(
+    h_op, w2_op, y_pair, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W2: tl.constexpr, TMA_H: tl.constexpr,
+):  # fmt: skip
+    """y_pair[p] = h[p] @ w2[e] for the tile's pairs: h [PAIRS, INTER] and w2 [E_LOC * INTER, H] through
+    descriptors (TMA_H, TMA_W2) or pointers. A TMA tile's rows past the expert's are the next expert's (or
+    zeros past the buffer); only the expert's rows are stored."""
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < row_end
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, INTER, BLOCK_K):
+        if TMA_H:
+            a = h_op.load([row0, k])
+        else:
+            a = tl.load(h_op + offs_m.to(tl.int64)[:, None] * INTER + (k + offs_k)[None, :], mask=mask_m[:, None],
+                        other=0.0, cache_modifier=".cg")  # fmt: skip
+        if TMA_W2:
+            b = w2_op.load([expert * INTER + k, n0])
+        else:
+            b = tl.load(w2_op + (expert.to(tl.int64) * INTER + k + offs_k)[:, None] * H + offs_n[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(y_pair + offs_m.to(tl.int64)[:, None] * H + offs_n[None, :], acc.to(tl.bfloat16), mask=mask_m[:, None])
+
+
+@triton.jit
+def _l2_tile_fp8(
+    h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA_W2: tl.constexpr, TMA_H: tl.constexpr,
+):  # fmt: skip
+    """As ``moe_l2_fp8``: y_pair[p] = h[p] @ w2[e] with block scales (a tile of BLOCK_N columns may span
+    several w2 scale blocks); w2q [E_LOC * H, INTER] K-major through TMA_W2's descriptor or pointers."""
+    KB: tl.constexpr = INTER // QBLOCK
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < row_end
+    offs_p = offs_m.to(tl.int64)
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, QBLOCK)
+    e = expert.to(tl.int64)
+    bs_ptrs = w2s_ptr + e * (H // QBLOCK * KB) + (offs_n // QBLOCK) * KB
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for kb in range(0, KB):
+        if TMA_H:
+            a = h_op.load([row0, kb * QBLOCK])
+        else:
+            a = tl.load(h_op + offs_p[:, None] * INTER + (offs_k + kb * QBLOCK)[None, :], mask=mask_m[:, None],
+                        other=0.0, cache_modifier=".cg")  # fmt: skip
+        a_s = tl.load(hs_ptr + offs_p * KB + kb, mask=mask_m, other=0.0, cache_modifier=".cg")
+        if TMA_W2:
+            b = w2_op.load([expert * H + n0, kb * QBLOCK]).T
+        else:
+            b = tl.load(w2_op + (e * H + offs_n)[None, :] * INTER + (offs_k + kb * QBLOCK)[:, None])
+        acc += tl.dot(a, b) * (a_s[:, None] * tl.load(bs_ptrs + kb)[None, :])
+    tl.store(y_pair + offs_p[:, None] * H + offs_n[None, :], acc.to(tl.bfloat16), mask=mask_m[:, None])
+
+
+@triton.jit
+def _combine_item(
+    idx, me, epoch, wait_ms, recv_ids, recv_w, recv_n, inv_pos, layout_ptr, y_pair, staging, comb_sym, comb_flag_sym,
+    sched_ptr, l2_done_ptr, H: tl.constexpr, K: tl.constexpr, K_P2: tl.constexpr, E_LOC: tl.constexpr,
+    EL_P2: tl.constexpr, WORLD: tl.constexpr, T_MAX: tl.constexpr, BLOCK_M: tl.constexpr, N2: tl.constexpr,
+    PUSH: tl.constexpr, COMBINE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr, N_DISPATCH: tl.constexpr,
+):  # fmt: skip
+    """Received rows [blk * COMBINE_ROWS, +COMBINE_ROWS) of source src (other ranks first): once the L2
+    tiles of their pairs are done, each row's weighted sum of its pairs into ``staging`` (y at world 1),
+    then (PUSH) into src's comb[me, slot]; the item that completes src's rows raises this rank's
+    combine flag on src."""
+    BLOCKS: tl.constexpr = (T_MAX + COMBINE_ROWS - 1) // COMBINE_ROWS
+    src = (me + 1 + idx // BLOCKS) % WORLD
+    slot0 = (idx % BLOCKS) * COMBINE_ROWS
+    zero = moe_wait_count(sched_ptr + DISPATCH_DONE, N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
+    n = tl.load(recv_n + src + zero, cache_modifier=".cg")
+    if slot0 < n:
+        slots = slot0 + tl.arange(0, COMBINE_ROWS)
+        live = slots < n
+        rows = (src * T_MAX + slots).to(tl.int64)
+        kk = tl.arange(0, K_P2)
+        mk = live[:, None] & (kk[None, :] < K)
+        at = rows[:, None] * K + kk[None, :]
+        pos = tl.load(inv_pos + at, mask=mk, other=-1, cache_modifier=".cg")
+        e = tl.load(recv_ids + at, mask=mk, other=-1, cache_modifier=".cg") - me * E_LOC
+        tile = _pair_tiles(layout_ptr, e, pos, pos >= 0, EL_P2, BLOCK_M)
+        tl.debug_barrier()
+        moe_wait_each(l2_done_ptr + tile, tl.where(pos >= 0, N2, 0), WAIT_L2, me, wait_ms)
+        tl.debug_barrier()  # every thread's waits before any thread's y_pair loads
+        cols = tl.arange(0, BLOCK_H)
+        for j in range(0, COMBINE_ROWS):
+            slot = slot0 + j
+            if slot < n:
+                row = (src * T_MAX + slot).to(tl.int64)
+                p = tl.load(inv_pos + row * K + kk, mask=kk < K, other=-1, cache_modifier=".cg")
+                w = tl.load(recv_w + row * K + kk, mask=kk < K, other=0.0, cache_modifier=".cg")
+                for h0 in range(0, H, BLOCK_H):
+                    v = tl.load(y_pair + p.to(tl.int64)[:, None] * H + h0 + cols[None, :], mask=(p >= 0)[:, None],
+                                other=0.0, cache_modifier=".cg")  # fmt: skip
+                    acc = tl.sum(v.to(tl.float32) * w[:, None], axis=0)
+                    tl.store(staging + row * H + h0 + cols, acc.to(tl.bfloat16))
+                if PUSH:
+                    moe_push(comb_sym + (me * T_MAX + slot).to(tl.int64) * H, staging + row * H, H * 2, src)
+        if PUSH:
+            tl.debug_barrier()  # every thread's pushes before the count
+            done = tl.atomic_add(sched_ptr + COMB_DONE + src, 1, sem="acq_rel", scope="gpu")
+            if done == (n + COMBINE_ROWS - 1) // COMBINE_ROWS - 1:
+                moe_signal(comb_flag_sym + me, epoch, src)
+
+
+@triton.jit
+def _reduce_item(
+    idx, T, me, epoch, wait_ms, comb_sym, comb_flag_sym, slot_ptr, y_ptr, H: tl.constexpr, WORLD: tl.constexpr,
+    W_P2: tl.constexpr, T_MAX: tl.constexpr, REDUCE_ROWS: tl.constexpr, BLOCK_HR: tl.constexpr,
+):  # fmt: skip
+    """Tokens [idx * REDUCE_ROWS, +REDUCE_ROWS): once every rank's combine for this rank is in,
+    y[t] = sum over the ranks r t went to of comb[r, slot[t, r]] (float32 sum, bf16 out)."""
+    t0 = idx * REDUCE_ROWS
+    if t0 < T:
+        zero = tl.zeros([], dtype=tl.int32)
+        for r in tl.static_range(WORLD):
+            zero += moe_wait_flag(comb_flag_sym + r, epoch, WAIT_COMBINE, me, r, wait_ms)
+        rr = tl.arange(0, W_P2)
+        hh = tl.arange(0, BLOCK_HR)
+        for j in range(0, REDUCE_ROWS):
+            t = (t0 + j + zero).to(tl.int64)
+            if t < T:
+                slots = tl.load(slot_ptr + t * WORLD + rr, mask=rr < WORLD, other=-1)
+                sent = slots >= 0
+                src_rows = (rr * T_MAX + slots).to(tl.int64)
+                for h0 in range(0, H, BLOCK_HR):
+                    v = tl.load(comb_sym + src_rows[:, None] * H + h0 + hh[None, :], mask=sent[:, None], other=0.0,
+                                cache_modifier=".cg")  # fmt: skip
+                    tl.store(y_ptr + t * H + h0 + hh, tl.sum(v.to(tl.float32), axis=0).to(tl.bfloat16))

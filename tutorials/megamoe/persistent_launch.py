@@ -1,0 +1,234 @@
+"""Launch description of the persistent MegaMoE call (``persistent.moe_persistent``): pure Python.
+
+Contract: :class:`PersistentConfig` holds every knob a GPU sweep varies (GEMM tiles, pipeline stages,
+warps, program count, TMA per operand, the sizes of the small items); :func:`choose_persistent` picks
+the defaults for a layer. :func:`persistent_buffers` lists the buffers the kernel needs besides
+``MoEConfig``'s (symmetric, then local; zero when allocated). :func:`persistent_launch` is the one
+``launch.KernelLaunch`` of a call: its parameters name binding keys as ``launch`` does, plus the
+buffers above, the weights of :func:`persistent_weights`, and :func:`call_extras`: the tensor
+descriptors of the operands loaded through TMA (``w1_desc``, ``w2_desc``, ``h_desc``) and the items to
+run (``item_begin`` / ``item_end``: all of them, except in the CPU simulation). Nothing specialises on
+the token count or the rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .config import FP8_BLOCK, MoEConfig, next_pow2
+from .launch import KernelLaunch, row_block
+from .persistent import Schedule, cdiv, moe_persistent
+
+PLAN_ELEMENTS = 8192  # a plan step holds tokens x top-k x local experts of them in registers
+
+
+@dataclass(frozen=True)
+class PersistentConfig:
+    """Knobs of the persistent kernel.
+
+    GEMMs: ``block_m`` pairs per M tile (L1 and L2 share the M tiles), ``block_n1`` columns per gate/up
+    half of an L1 tile, ``block_n2`` columns of an L2 tile, ``block_k`` the K step, ``group_m`` M tiles
+    walked together (N fastest inside), ``num_warps`` / ``num_stages`` for the whole kernel. fp8 fixes
+    ``block_k`` and ``block_n1`` at 128, the scale block. ``tma_w1`` / ``tma_w2`` / ``tma_h``: load the
+    L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads; L1's A rows
+    are always a gather). ``programs``: the grid (0: the GPU's SMs divided by the PEs sharing it). Small
+    items: ``route_tokens`` x ``route_cols`` per route item, ``dispatch_rows``, ``combine_rows`` and
+    ``reduce_rows`` per item of those regions (powers of two).
+    """
+
+    block_m: int = 64
+    block_n1: int = FP8_BLOCK
+    block_n2: int = 256
+    block_k: int = FP8_BLOCK
+    num_warps: int = 8
+    num_stages: int = 4
+    group_m: int = 8
+    programs: int = 0
+    tma_w1: bool = True
+    tma_w2: bool = True
+    tma_h: bool = False
+    route_tokens: int = 32
+    route_cols: int = 1024
+    dispatch_rows: int = 8
+    combine_rows: int = 4
+    reduce_rows: int = 4
+
+
+def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
+    """Defaults for layer ``cfg``. fp8: 64-row tiles, N 128 per gate/up half in L1 and 256 in L2, 8 warps
+    (the tiles of ``choose_tiles_fp8`` that ptxas keeps out of local memory), 4 stages, weights through
+    TMA. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1 and 128 x 256 L2 tiles, K 64,
+    8 warps, 3 stages, L1's weights through TMA (faster than pointers on the H200, where L2's were not);
+    fewer pairs: 64-row tiles and 4 warps."""
+    h, i = cfg.hidden, cfg.intermediate
+    rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
+    if cfg.precision == "fp8":
+        return PersistentConfig(block_n2=256 if h % 256 == 0 else FP8_BLOCK, num_stages=4 if rows > 96 else 3)
+    block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
+    if rows > 96:
+        return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
+                                num_stages=3, tma_w2=False)  # fmt: skip
+    return PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
+                            num_stages=3, tma_w2=False)  # fmt: skip
+
+
+def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
+    """Raise ValueError naming the knob when ``pc`` cannot run layer ``cfg``."""
+    h, i = cfg.hidden, cfg.intermediate
+    if cfg.precision == "fp8" and (pc.block_k, pc.block_n1) != (FP8_BLOCK, FP8_BLOCK):
+        raise ValueError(
+            f"PersistentConfig: fp8 needs block_k = block_n1 = {FP8_BLOCK} (one scale block per K step and per "
+            f"h tile), got block_k={pc.block_k}, block_n1={pc.block_n1}"
+        )
+    if cfg.precision == "fp8" and pc.block_n2 % FP8_BLOCK:
+        raise ValueError(f"PersistentConfig: fp8 needs block_n2 a multiple of {FP8_BLOCK}, got {pc.block_n2}")
+    for name, dim, block in (("block_n1", i, pc.block_n1), ("block_n2", h, pc.block_n2), ("block_k", h, pc.block_k),
+                             ("block_k", i, pc.block_k)):  # fmt: skip
+        if dim % block:
+            raise ValueError(f"PersistentConfig.{name}={block} does not divide {dim} (hidden {h}, intermediate {i})")
+    for name in ("block_m", "block_n1", "block_n2", "block_k", "route_tokens", "dispatch_rows", "combine_rows",
+                 "reduce_rows", "num_warps"):  # fmt: skip
+        value = getattr(pc, name)
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"PersistentConfig.{name}={value} must be a power of two")
+    if pc.block_m < 16:
+        raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
+    if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
+        raise ValueError(f"PersistentConfig: programs >= 0, num_stages >= 1, group_m >= 1 (got {pc})")
+
+
+def _route_cols(cfg: MoEConfig, pc: PersistentConfig) -> int:
+    """Columns of x per route item: the largest power of two <= route_cols dividing H (fp8: >= 128)."""
+    return row_block(cfg.hidden, max(pc.route_cols, FP8_BLOCK) if cfg.precision == "fp8" else max(pc.route_cols, 64))
+
+
+def schedule(cfg: MoEConfig, pc: PersistentConfig) -> Schedule:
+    """The work items of one call of layer ``cfg`` with knobs ``pc``."""
+    chunks = cfg.hidden // _route_cols(cfg, pc) if (cfg.precision == "fp8" or cfg.world > 1) else 1
+    return Schedule.of(
+        cfg, block_m=pc.block_m, n1_tiles=cfg.intermediate // pc.block_n1, n2_tiles=cfg.hidden // pc.block_n2,
+        route_items=cdiv(cfg.max_tokens, pc.route_tokens) * chunks, dispatch_rows=pc.dispatch_rows,
+        combine_rows=pc.combine_rows, reduce_rows=pc.reduce_rows,
+    )  # fmt: skip
+
+
+def persistent_buffers(
+    cfg: MoEConfig, pc: PersistentConfig
+) -> tuple[list[tuple[str, tuple[int, ...], str]], list[tuple[str, tuple[int, ...], str]]]:
+    """(symmetric, local) buffers of the persistent kernel besides ``cfg``'s, as (name, shape, dtype name).
+    ``sched``, ``call_epoch``, ``plan_flag`` and ``comb_flag`` carry over between calls
+    (``config.STATE_BUFFERS``)."""
+    sch = schedule(cfg, pc)
+    w, t, k = cfg.world, cfg.max_tokens, cfg.top_k
+    symmetric = [
+        ("pair_rank", (t, k), "int32"),  # pair (t, k): its rank among this rank's pairs for its expert
+        ("send_pairs", (w, cfg.local_experts), "int32"),  # per destination and its local expert: pairs sent
+        ("plan_flag", (w,), "int64"),  # [src]: the last call whose plan src finished for this rank
+        ("comb_flag", (w,), "int64"),  # [src]: the last call whose combine src pushed into this rank
+    ]
+    local = [
+        ("layout", (sch.layout_words,), "int32"),  # this call's pair layout (persistent._layout_item)
+        ("sched", (sch.sched_words,), "int32"),  # the kernel's work counters, zero between calls
+        ("call_epoch", (1,), "int64"),  # calls this rank has run
+    ]
+    return symmetric, local
+
+
+def persistent_weights(cfg: MoEConfig, weights: dict[str, Any]) -> dict[str, Any]:
+    """The weight bindings of the persistent kernel from ``quant.expert_weights``'s: bf16 as they are;
+    fp8 with w1q's gate and up interleaved per 128 columns (each 128 gate columns, then the same 128 up
+    columns: ``w1q`` [E, I/128, 2, 128, H]) and their scales likewise (``w1s`` [E, I/128, 2, H/128]), so that
+    one 256-wide dot computes both halves of an L1 tile."""
+    if cfg.precision != "fp8":
+        return weights
+    e, blocks = cfg.local_experts, cfg.intermediate // FP8_BLOCK
+    w1q = weights["w1q"].view(e, 2, blocks, FP8_BLOCK, cfg.hidden).transpose(1, 2).contiguous()
+    w1s = weights["w1s"].view(e, 2, blocks, cfg.hidden // FP8_BLOCK).transpose(1, 2).contiguous()
+    return {**weights, "w1q": w1q.view(e, 2 * cfg.intermediate, cfg.hidden), "w1s": w1s}
+
+
+def _desc_blocks(cfg: MoEConfig, pc: PersistentConfig) -> dict[str, tuple[int, int]]:
+    """Block shape of each descriptor: bf16 weights [K, N] boxes of the row-major weights; fp8 [N, K]
+    boxes of the K-major weights (transposed for the dot; L1's gate and up blocks together); h
+    [BLOCK_M, K step]."""
+    if cfg.precision == "fp8":
+        return {"w1_desc": (2 * FP8_BLOCK, FP8_BLOCK), "w2_desc": (pc.block_n2, FP8_BLOCK),
+                "h_desc": (pc.block_m, FP8_BLOCK)}  # fmt: skip
+    return {"w1_desc": (pc.block_k, pc.block_n1), "w2_desc": (pc.block_k, pc.block_n2),
+            "h_desc": (pc.block_m, pc.block_k)}  # fmt: skip
+
+
+def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any], h: Any) -> dict[str, Any]:
+    """Host tensor descriptors of the operands ``pc`` loads through TMA, by binding key: the weights of
+    :func:`persistent_weights` viewed as 2-D (experts stacked along K: bf16 w1 [E*H, 2I], w2 [E*I, H];
+    fp8 w1q [E*2I, H], w2q [E*H, I]) and the ``h`` workspace. Built once: they point at fixed buffers."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    e, hid, inter = cfg.local_experts, cfg.hidden, cfg.intermediate
+    if cfg.precision == "fp8":
+        tensors = {"w1_desc": weights["w1q"].view(e * 2 * inter, hid), "w2_desc": weights["w2q"].view(e * hid, inter)}
+    else:
+        tensors = {"w1_desc": weights["w1"].view(e * hid, 2 * inter), "w2_desc": weights["w2"].view(e * inter, hid)}
+    tensors["h_desc"] = h
+    wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h}
+    blocks = _desc_blocks(cfg, pc)
+    return {key: TensorDescriptor.from_tensor(t, list(blocks[key])) for key, t in tensors.items() if wanted[key]}
+
+
+def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -> dict[str, Any]:
+    """What a call of the persistent kernel binds besides ``megamoe.call_bindings``: the descriptors of
+    :func:`descriptors` over ``buffers``' weights (:func:`persistent_weights`) and ``h``, and the items of
+    the whole call (``item_begin`` 0, ``item_end`` the schedule's ``N_ITEMS``). A layer builds them once:
+    they point at its fixed buffers."""
+    items = {"item_begin": 0, "item_end": schedule(cfg, pc).starts()["N_ITEMS"]}
+    return {**descriptors(cfg, pc, buffers, buffers["h"]), **items}
+
+
+def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
+    """The launch of one call: ``programs`` programs of ``moe_persistent`` (the layer resolves
+    ``pc.programs`` = 0 to the SMs per PE), named ``moe_persistent`` (bf16) or ``moe_persistent_fp8``."""
+    _check(cfg, pc)
+    if programs < 1:
+        raise ValueError(f"persistent_launch: programs={programs} must be >= 1")
+    fp8, world_one = cfg.precision == "fp8", cfg.world == 1
+    sch = schedule(cfg, pc)
+    weight1, weight2 = ("w1q", "w2q") if fp8 else ("w1", "w2")
+    # (kernel parameter, binding key), in the kernel's order: the layer passes them by position
+    params = [
+        ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("x_sym", "x_sym"), ("ids_sym", "topk_ids"),
+        ("w_sym", "topk_w"), ("rank_sym", "pair_rank"), ("send_idx_sym", "send_idx"), ("send_count_sym", "send_count"),
+        ("send_pairs_sym", "send_pairs"), ("comb_sym", "comb"), ("plan_flag_sym", "plan_flag"),
+        ("comb_flag_sym", "comb_flag"), ("slot_ptr", "slot"), ("recv_x", "recv_x"), ("recv_ids", "recv_ids"),
+        ("recv_w", "recv_w"), ("recv_n", "recv_n"), ("layout_ptr", "layout"), ("sorted_row", "sorted_row"),
+        ("inv_pos", "inv_pos"), ("a_src", ("x_sym" if fp8 else "x") if world_one else "recv_x"), ("h_ptr", "h"),
+        ("h_op", "h_desc" if pc.tma_h else "h"), ("y_pair", "y_pair"), ("staging", "y" if world_one else "staging"),
+        ("sched_ptr", "sched"), ("epoch_ptr", "call_epoch"), ("w1_op", "w1_desc" if pc.tma_w1 else weight1),
+        ("w2_op", "w2_desc" if pc.tma_w2 else weight2), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
+        ("item_begin", "item_begin"), ("item_end", "item_end"),
+    ]  # fmt: skip
+    scales: dict[str, Any] = {}
+    if fp8:
+        params += [("xs_sym", "x_scale"), ("recv_xs", "recv_xs"), ("a_scale", "x_scale" if world_one else "recv_xs"),
+                   ("hs_ptr", "h_scale"), ("w1s_ptr", "w1s"), ("w2s_ptr", "w2s")]  # fmt: skip
+    else:  # bf16 has no scales: the kernel's scale parameters are None
+        scales = dict.fromkeys(("xs_sym", "recv_xs", "a_scale", "hs_ptr", "w1s_ptr", "w2s_ptr"))
+    k_p2, w_p2 = next_pow2(cfg.top_k), next_pow2(cfg.world)
+    el_p2 = next_pow2(cfg.local_experts)
+    constexprs = dict(
+        scales,
+        H=cfg.hidden, INTER=cfg.intermediate, E=cfg.num_experts, E_P2=next_pow2(cfg.num_experts), K=cfg.top_k,
+        K_P2=k_p2, E_LOC=cfg.local_experts, EL_P2=el_p2, WORLD=cfg.world, W_P2=w_p2, T_MAX=cfg.max_tokens, FP8=fp8,
+        COPY_X=not fp8 and not world_one, PULL=not world_one, PUSH=not world_one, BLOCK_M=pc.block_m,
+        BLOCK_N1=pc.block_n1, BLOCK_N2=pc.block_n2, BLOCK_K=pc.block_k, GROUP_M=pc.group_m, M_TILES=sch.m_tiles,
+        TMA_W1=pc.tma_w1, TMA_W2=pc.tma_w2, TMA_H=pc.tma_h, ROUTE_TOKENS=pc.route_tokens,
+        ROUTE_COLS=_route_cols(cfg, pc),
+        PLAN_TOKENS=max(16, min(128, next_pow2(cfg.max_tokens), PLAN_ELEMENTS // (k_p2 * el_p2))),
+        DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows, REDUCE_ROWS=pc.reduce_rows,
+        BLOCK_H=row_block(cfg.hidden, 1024 // k_p2 * 4), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
+        **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words),
+    )  # fmt: skip
+    return KernelLaunch(
+        "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,
+        grid=(programs,), num_warps=pc.num_warps, num_stages=pc.num_stages,
+    )  # fmt: skip
