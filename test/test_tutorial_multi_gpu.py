@@ -76,7 +76,9 @@ def test_t2_goal_against_gemm_alone_at_world_above_one():
 
 
 def test_t3_benchmark_helpers():
-    assert {"megamoe_eager", "torch_ep_alltoall", "torch_reference_bf16"} <= set(t3_benchmark.FLOP_ROWS)
+    rows = ("megamoe_eager", "persistent_eager", "persistent_graph", "torch_ep_alltoall", "torch_reference_bf16",
+            "dense_gemms")  # fmt: skip
+    assert all(t3_benchmark.counts_flops(row) for row in rows) and not t3_benchmark.counts_flops("route_alone")
 
 
 FAKE_PYTHON = """#!{real}
