@@ -62,8 +62,8 @@ def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
 
 
 def test_every_suite_names_scripts_that_exist():
-    names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "faults", "nvshmem", "multi_gpu", "serving",
-             "all", "tutorials"}
+    names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "t3_persistent", "faults", "nvshmem",
+             "multi_gpu", "serving", "all", "tutorials"}  # fmt: skip
     assert set(suites.SUITES) == names
     env = {"VARIANTS": "stores:2 puts:2"}
     for gpus in (1, 2, 8):
@@ -85,6 +85,21 @@ def test_every_suite_names_scripts_that_exist():
                 for arg in step.command:
                     if arg.endswith((".py", ".sh")) and "/" in arg:
                         assert (ROOT / arg).is_file(), f"{name}/{step.name}: {arg}"
+
+
+def test_t3_persistent_reports_the_graph_rows_and_the_goal(tmp_path):
+    bench = {"precision": "fp8", "shape": {"skewed": False}, "goal": {"goal_us": 200.0, "us": 185.0, "met": True},
+             "times_ms": {"megamoe_graph_ms": 0.341, "persistent_graph_ms": 0.185, "dense_gemms_ms": 0.1},
+             "of_dense_ceiling": {"persistent_graph": 0.54}}  # fmt: skip
+    (tmp_path / "benchmark_fp8").mkdir()
+    (tmp_path / "benchmark_fp8" / "t.json").write_text(json.dumps(bench))
+    suite = suites.t3_persistent(1)
+    assert [s.name for s in suite.steps][:4] == ["w1_bf16", "w1_fp8", "benchmark_bf16", "benchmark_fp8"]
+    assert sum(s.timeout_s for s in suite.steps) <= suite.budget_s <= 540
+    lines, extra = suite.report(tmp_path, {})
+    assert lines[1] == ("T3 fp8 random: megamoe_graph 341.0 us, persistent_graph 185.0 us (54% of dense); "
+                        "goal <= 200 us: MET")  # fmt: skip
+    assert extra["rows"][0]["graph_us"] == {"megamoe_graph": 341.0, "persistent_graph": 185.0}
 
 
 def test_every_tutorial_runs_its_suite_through_the_runner():

@@ -5,8 +5,8 @@ Usage, from the repository root of the GPU machine (carry .debs/ when it has no 
     python3 -m scripts.gpu.suite SUITE [--out DIR] [--budget S] [--max-step-s S]
     python3 -m scripts.gpu.suite exec [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
 
-SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, faults, nvshmem, multi_gpu,
-serving, all, tutorials);
+SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, t3_persistent, faults, nvshmem,
+multi_gpu, serving, all, tutorials);
 ``exec`` runs one command as a one-step suite. Before the steps, ``scripts/gpu/setup.sh`` installs the
 plugin into /tmp/site and provides clang (``--no-setup``: use this environment as it is). Every step
 gets the NVLink-multicast-off variables (``MULTICAST_OFF``: they are set nowhere else), Python fault

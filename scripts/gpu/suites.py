@@ -3,7 +3,7 @@ from the JSON their steps wrote. ``suite.py`` runs them; nothing here starts a p
 
 A step's command names its own results folder as ``{dir}``; the runner replaces it. Suites are built
 for the number of GPUs the host has (``gpus``) and read their parameters from the environment
-(``WORLDS``, ``TUTORIALS``, ``T1_VARIANTS``, ``T2_CONFIGS``, ``VARIANTS``, ``W``, ``SHAPES``).
+(``WORLDS``, ``TUTORIALS``, ``T1_VARIANTS``, ``T2_CONFIGS``, ``VARIANTS``, ``W``, ``SHAPES``, ``T3_KNOBS``).
 """
 
 from __future__ import annotations
@@ -239,6 +239,55 @@ def t3(gpus: int) -> Suite:
     ], budget_s=540)  # fmt: skip
 
 
+def t3_persistent(gpus: int) -> Suite:
+    """Tutorial 3 with ``impl="persistent"`` (one launch per call) on one GPU: correctness at world 1 (small
+    shapes and the production per-rank load, bf16 and fp8, three calls back to back), the benchmark of
+    both impls side by side at the production load (random and skewed routing, CUDA graphs, torch's
+    grouped and dense GEMMs as ceilings; GOAL_MISSED when the persistent graph misses its goal), then 2
+    and 4 PEs sharing the GPU (a rank without tokens in the second call). Knobs for a sweep:
+    ``T3_KNOBS="block_m=128 num_stages=3"`` reaches both benchmarks."""
+    megamoe = ("python3", "-m", f"{T3}.megamoe", "--impl", "persistent", "--iters", "3")
+    knobs = [arg for knob in os.environ.get("T3_KNOBS", "").split() for arg in ("--knob", knob)]
+    bench = ("python3", "-m", f"{T3}.benchmark", "--impls", "launches", "persistent", "--routing", "random",
+             "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
+    return Suite("t3_persistent", [
+        Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", "--json", "{dir}/correct.json"), 80),
+        Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "--json", "{dir}/correct.json"),
+             70),
+        Step("benchmark_bf16", (*bench, "--precision", "bf16"), 80, benchmark=True),
+        Step("benchmark_fp8", (*bench, "--precision", "fp8"), 75, benchmark=True),
+        Step("w2_bf16_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", "--impl", "persistent", "--iters", "3",
+                                                 "--cases", "small", "--json", "{dir}/correct.json",
+                                                 standalone=False), 85, shared_gpu=True),
+        Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", "--impl", "persistent", "--iters", "3",
+                                                "--precision", "fp8", "--cases", "small", "--routing", "skewed",
+                                                "--json", "{dir}/correct.json", standalone=False), 55,
+             shared_gpu=True),
+        Step("w4_bf16_shared_gpu_mps", _torchrun(4, f"{T3}.megamoe", "--impl", "persistent", "--iters", "3",
+                                                 "--cases", "small", "--routing", "random", "--json",
+                                                 "{dir}/correct.json", standalone=False), 75, shared_gpu=True),
+    ], budget_s=540, report=_t3_persistent_goals)  # fmt: skip
+
+
+def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
+    """Both impls' CUDA-graph rows read back from the benchmarks' JSON, with their share of the dense
+    ceiling and the persistent call's goal."""
+    lines, rows = [], []
+    for path in sorted([*(out / "benchmark_bf16").glob("*.json"), *(out / "benchmark_fp8").glob("*.json")]):
+        if not (d := _load(path)):
+            continue
+        routing = "skewed" if d["shape"]["skewed"] else "random"
+        dense, goal = d.get("of_dense_ceiling", {}), d.get("goal")
+        graphs = {n.removesuffix("_ms"): ms * 1e3 for n, ms in d["times_ms"].items() if n.endswith("_graph_ms")}
+        rows.append({"precision": d["precision"], "routing": routing, "graph_us": graphs, "of_dense_ceiling": dense,
+                     "goal": goal})  # fmt: skip
+        cells = ", ".join(f"{name} {us:.1f} us" + (f" ({dense[name]:.0%} of dense)" if name in dense else "")
+                          for name, us in graphs.items())  # fmt: skip
+        verdict = f"; goal <= {goal['goal_us']:.0f} us: {'MET' if goal['met'] else 'MISSED'}" if goal else ""
+        lines.append(f"T3 {d['precision']} {routing}: {cells}{verdict}")
+    return (["world 1, CUDA graphs:", *lines] if lines else ["no benchmark JSON to read"]), {"rows": rows}
+
+
 def t3_tune(gpus: int) -> Suite:
     """Tutorial 3's grouped-GEMM tile sweeps at the production per-rank load, bf16 and fp8."""
     return Suite("t3_tune", [
@@ -385,6 +434,6 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu, "serving": serving, "all": every_one_gpu_suite,
-    "tutorials": tutorials,
+    "t3_persistent": t3_persistent, "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu,
+    "serving": serving, "all": every_one_gpu_suite, "tutorials": tutorials,
 }  # fmt: skip
