@@ -55,7 +55,7 @@ def _nvshmem_defines() -> set[str]:
 
 def _called(family_calls: list[calls.Call]) -> set[str]:
     """The NVSHMEM functions the wrappers of ``family_calls`` call."""
-    return {re.match(r"\w+", c.invoke).group() if c.invoke else c.symbol for c in family_calls}
+    return {re.search(r"\bnvshmemx?_\w+", c.invoke).group() if c.invoke else c.symbol for c in family_calls}
 
 
 def test_generated_sources_are_up_to_date():
