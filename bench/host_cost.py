@@ -9,12 +9,17 @@ Each op is timed eager (``op(...)``) and through its custom op (``torch.ops.trit
 
 * AllGather-GEMM at 1024^3 beside ``torch.matmul``;
 * AllReduce+RMSNorm at T=16, H=4096 beside an eager add + ``F.rms_norm``;
-* MegaMoE at T=16, H=1024, E=8, top-2 beside one ``torch._grouped_mm`` (its L1 over the token pairs).
+* MegaMoE at T=16, H=1024, E=8, top-2 beside one ``torch._grouped_mm`` (its L1 over the token pairs),
+  with ``impl="launches"`` and ``impl="persistent"``.
+
+``--profile`` adds, for each op's eager call, the functions where its host time goes (cProfile, own
+µs per call), to read what to cut.
 
 Goals (``goals`` in the JSON): every op's host time per call within 1.5x the torch op's; AG-GEMM's
 torch.matmul time over its own time per call (host-bound loop, synchronised) >= 0.8.
 
-Usage, from the repository root on the GPU machine: ``python -m bench.host_cost [--calls N] [--out FOLDER]``;
+Usage, from the repository root on the GPU machine: ``python -m bench.host_cost [--calls N] [--profile]
+[--out FOLDER]``;
 writes ``host_cost.json`` with the run metadata into ``--out`` (default
 ``bench/results/<date>-1x<GPU>-host-cost/``). Without a GPU it says so and exits 0.
 """
@@ -22,8 +27,10 @@ writes ``host_cost.json`` with the run metadata into ``--out`` (default
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime
 import json
+import pstats
 import sys
 import time
 from collections.abc import Callable
@@ -38,10 +45,27 @@ from tutorials.common.timing import SLEEP_CYCLES_PER_US
 WARMUP = 20
 HOST_GOAL = 1.5  # op host time / torch op host time
 AG_GEMM_SPEED_GOAL = 0.8  # torch.matmul time / AG-GEMM time, 1024^3, world 1
+PROFILE_TOP = 15
 
 
-def time_calls(call: Callable[[], object], calls: int) -> dict[str, float]:
-    """Host µs per call, wall µs per call (loop then synchronise) and GPU µs per call of ``call``."""
+def profile_calls(call: Callable[[], object], calls: int, top: int = PROFILE_TOP) -> list[dict[str, Any]]:
+    """Where the host time of ``calls`` calls goes: the ``top`` functions by own time, µs per call each."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, primitive calls, own s, total s, callers)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return [{"function": f"{Path(file).name}:{line}:{name}", "calls_per_call": n / calls,
+             "own_us": own / calls * 1e6, "total_us": total / calls * 1e6}
+            for (file, line, name), (n, _, own, total, _) in rows]  # fmt: skip
+
+
+def time_calls(call: Callable[[], object], calls: int, profile: bool = False) -> dict[str, Any]:
+    """Host µs per call, wall µs per call (loop then synchronise) and GPU µs per call of ``call``; with
+    ``profile``, also :func:`profile_calls` of the same number of calls (measured after the timings)."""
     for _ in range(WARMUP):
         call()
     torch.cuda.synchronize()
@@ -59,14 +83,17 @@ def time_calls(call: Callable[[], object], calls: int) -> dict[str, float]:
         call()
     end.record()
     torch.cuda.synchronize()
-    return {
+    timings: dict[str, Any] = {
         "host_us": host / calls * 1e6,
         "wall_us": wall / calls * 1e6,
         "gpu_us": begin.elapsed_time(end) / calls * 1e3,
     }
+    if profile:
+        timings["profile"] = profile_calls(call, calls)
+    return timings
 
 
-def allgather_gemm_rows(calls: int, dev: torch.device) -> list[dict[str, Any]]:
+def allgather_gemm_rows(calls: int, dev: torch.device, profile: bool) -> list[dict[str, Any]]:
     from tutorials.allgather_gemm import AllGatherGEMM
     from tutorials.allgather_gemm.torch_op import AllGatherGEMMModule
 
@@ -76,14 +103,14 @@ def allgather_gemm_rows(calls: int, dev: torch.device) -> list[dict[str, Any]]:
     module = AllGatherGEMMModule(op, b)
     rows = [
         {"op": "allgather_gemm", "path": "torch.matmul", **time_calls(lambda: torch.matmul(a, b), calls)},
-        {"op": "allgather_gemm", "path": "eager", **time_calls(lambda: op(a, b), calls)},
+        {"op": "allgather_gemm", "path": "eager", **time_calls(lambda: op(a, b), calls, profile)},
         {"op": "allgather_gemm", "path": "torch.ops", **time_calls(lambda: module(a), calls)},
     ]
     op.close()
     return rows
 
 
-def allreduce_rmsnorm_rows(calls: int, dev: torch.device) -> list[dict[str, Any]]:
+def allreduce_rmsnorm_rows(calls: int, dev: torch.device, profile: bool) -> list[dict[str, Any]]:
     from tutorials.allreduce_rmsnorm import AllReduceRMSNorm
     from tutorials.allreduce_rmsnorm.torch_op import AllReduceRMSNormModule
 
@@ -103,7 +130,7 @@ def allreduce_rmsnorm_rows(calls: int, dev: torch.device) -> list[dict[str, Any]
         {
             "op": "allreduce_rmsnorm",
             "path": "eager",
-            **time_calls(lambda: op(x, residual, weight, eps, out=out), calls),
+            **time_calls(lambda: op(x, residual, weight, eps, out=out), calls, profile),
         },
         {"op": "allreduce_rmsnorm", "path": "torch.ops", **time_calls(lambda: module(x, out[1]), calls)},
     ]
@@ -111,7 +138,7 @@ def allreduce_rmsnorm_rows(calls: int, dev: torch.device) -> list[dict[str, Any]
     return rows
 
 
-def megamoe_rows(calls: int, dev: torch.device) -> list[dict[str, Any]]:
+def megamoe_rows(calls: int, dev: torch.device, profile: bool) -> list[dict[str, Any]]:
     from triton_raw_ext import runtime
     from tutorials.megamoe import MegaMoE
     from tutorials.megamoe.megamoe import make_inputs, make_weights
@@ -132,9 +159,12 @@ def megamoe_rows(calls: int, dev: torch.device) -> list[dict[str, Any]]:
                 "path": "torch._grouped_mm",
                 **time_calls(lambda: torch._grouped_mm(pairs, w1, offs=offs), calls),
             },
-            {"op": "megamoe", "path": "eager", **time_calls(lambda: layer(x, logits), calls)},
+            {"op": "megamoe", "path": "eager", **time_calls(lambda: layer(x, logits), calls, profile)},
             {"op": "megamoe", "path": "torch.ops", **time_calls(lambda: module(x, logits), calls)},
         ]
+    with MegaMoE(hidden, inter, experts, top_k, tokens, w1, w2, impl="persistent") as layer:
+        rows.append({"op": "megamoe", "path": "eager persistent",
+                     **time_calls(lambda: layer(x, logits), calls, profile)})  # fmt: skip
     return rows
 
 
@@ -167,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=["allgather_gemm", "allreduce_rmsnorm", "megamoe"],
     )
     parser.add_argument("--out", type=Path, help="folder of host_cost.json")
+    parser.add_argument("--profile", action="store_true", help="also record where each op's eager host time goes")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("host_cost: no CUDA GPU visible; nothing measured")
@@ -178,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "allreduce_rmsnorm": allreduce_rmsnorm_rows,
         "megamoe": megamoe_rows,
     }
-    rows = [row for name in args.ops for row in measure[name](args.calls, dev)]
+    rows = [row for name in args.ops for row in measure[name](args.calls, dev, args.profile)]
     verdicts = goals(rows)
     gpu = torch.cuda.get_device_name(dev).replace(" ", "")
     out = args.out or Path("bench/results") / f"{datetime.date.today()}-1x{gpu}-host-cost"
@@ -188,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'op':18} {'path':18} {'host us':>8} {'wall us':>8} {'gpu us':>8}")
     for r in rows:
         print(f"{r['op']:18} {r['path']:18} {r['host_us']:8.1f} {r['wall_us']:8.1f} {r['gpu_us']:8.1f}")
+    for r in rows:
+        for entry in r.get("profile", [])[:5]:
+            print(f"  {r['op']} {r['path']}: {entry['own_us']:6.2f} us own in {entry['function']}")
     for name, v in verdicts.items():
         print(f"{name}: {json.dumps(v)}")
     print(f"-> {out / 'host_cost.json'}")
