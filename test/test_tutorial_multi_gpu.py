@@ -76,9 +76,36 @@ def test_t2_goal_against_gemm_alone_at_world_above_one():
 
 
 def test_t3_benchmark_helpers():
-    rows = ("megamoe_eager", "persistent_eager", "persistent_graph", "torch_ep_alltoall", "torch_reference_bf16",
+    rows = ("megamoe_eager", "persistent_eager", "persistent_graph", "torch_ep_grouped", "torch_reference_bf16",
             "dense_gemms")  # fmt: skip
     assert all(t3_benchmark.counts_flops(row) for row in rows) and not t3_benchmark.counts_flops("route_alone")
+
+
+def _t3_shape(world: int, skewed: bool = False) -> dict:
+    return {"hidden": 4096, "intermediate": 1536, "local_experts": 16, "top_k": 8, "tokens": 512, "world": world,
+            "skewed": skewed}  # fmt: skip
+
+
+def test_t3_graph_time_over_the_world_1_time_of_the_same_per_rank_load(tmp_path):
+    def world1(name: str, precision: str, skewed: bool, persistent_ms: float) -> None:
+        doc = {"shape": _t3_shape(1, skewed), "precision": precision, "timing": {"method": "events"},
+               "times_ms": {"megamoe_graph_ms": 0.36, "persistent_graph_ms": persistent_ms}}  # fmt: skip
+        (tmp_path / f"tutorial3_megamoe_E16_w1_{name}.json").write_text(json.dumps(doc))
+
+    world1("random_bf16", "bf16", False, 0.30)
+    world1("random_fp8", "fp8", False, 0.20)
+    world1("skewed_bf16", "bf16", True, 0.50)
+    result = {"shape": _t3_shape(4), "precision": "bf16"}
+    v = t3_benchmark.vs_world1(result, {"megamoe_graph_ms": 0.396, "persistent_graph_ms": 0.36,
+                                        "torch_ep_grouped_ms": 2.0}, tmp_path)  # fmt: skip
+    assert v["world1_json"].endswith("random_bf16.json") and set(v["rows"]) == {"megamoe_graph", "persistent_graph"}
+    assert v["rows"]["megamoe_graph"]["ratio"] == pytest.approx(1.1) and v["rows"]["persistent_graph"]["ratio"] == (
+        pytest.approx(1.2))  # fmt: skip
+    assert v["met"] is False  # 1.2 > 1.15
+    fp8 = t3_benchmark.vs_world1({**result, "precision": "fp8"}, {"persistent_graph_ms": 0.22}, tmp_path)
+    assert fp8["met"] is True and fp8["rows"]["persistent_graph"]["world1_us"] == pytest.approx(200.0)
+    other = {"shape": {**_t3_shape(4), "tokens": 256}, "precision": "bf16"}
+    assert t3_benchmark.vs_world1(other, {"persistent_graph_ms": 0.1}, tmp_path)["met"] is None
 
 
 FAKE_PYTHON = """#!{real}
