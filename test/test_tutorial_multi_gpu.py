@@ -75,6 +75,22 @@ def test_t2_goal_against_gemm_alone_at_world_above_one():
     assert bench.goal(_t2_rows(1.0, 1.0, None), world=1) is None
 
 
+def test_t2_each_push_path_against_the_perfect_overlap_of_nccl_all_gather_and_gemm():
+    rows = [{"variant": "ag_gemm/sm", "p50": 1.05}, {"variant": "ag_gemm/copy_engine", "p50": 1.30},
+            {"variant": "gemm_alone", "p50": 0.8}, {"variant": "nccl_all_gather", "p50": 1.0},
+            {"variant": "all_gather_alone", "p50": 0.7}]  # fmt: skip
+    for r in rows:
+        r["speed_vs_torch"] = None
+    verdict = t2_benchmark.goal(rows, world=8)
+    assert verdict["vs_overlap_bound"] == {"ag_gemm/sm": pytest.approx(1.05), "ag_gemm/copy_engine": pytest.approx(1.3)}
+    assert not verdict["overlap_met"] and not verdict["met"]  # 1.05 / 0.8 > 1.05x the GEMM alone
+    rows[1]["p50"], rows[3]["p50"] = 1.09, 0.5  # the GEMM alone is now the larger of the two
+    verdict = t2_benchmark.goal(rows, world=8)
+    assert verdict["vs_overlap_bound"]["ag_gemm/copy_engine"] == pytest.approx(1.09 / 0.8)
+    assert not verdict["overlap_met"]
+    assert "vs_overlap_bound" not in t2_benchmark.goal(rows[:3], world=2)  # shared GPU: no NCCL row
+
+
 def test_t3_benchmark_helpers():
     rows = ("megamoe_eager", "persistent_eager", "persistent_graph", "torch_ep_grouped", "torch_reference_bf16",
             "dense_gemms")  # fmt: skip
