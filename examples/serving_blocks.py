@@ -5,7 +5,8 @@ torch.compile and replayed as CUDA graphs, beside the same blocks written with t
   ``@ W_down``, then AllReduce + residual + RMSNorm (``AllReduceRMSNormModule``). Baseline:
   ``all_gather``, two matmuls, ``all_reduce``, add, ``F.rms_norm``.
 * MoE (expert-parallel): a router GEMM, then ``MegaMoEModule``. Baseline: the same router, then
-  ``tutorials.megamoe.ep_reference.ep_forward`` (``all_to_all_single`` dispatch and combine).
+  ``tutorials.megamoe.ep_baseline.ep_forward`` (``all_to_all_single`` dispatch and combine around
+  ``torch._grouped_mm``).
 
 Each block runs eager, compiled (``torch.compile(fullgraph=True)``) and as a CUDA graph captured from the
 compiled module. An op that refuses capture (AllGather-GEMM at world > 1 raises its "cannot be captured"
@@ -43,7 +44,7 @@ from tutorials.allreduce_rmsnorm.torch_op import AllReduceRMSNormModule
 from tutorials.common.ranks import every_rank
 from tutorials.common.run_metadata import run_metadata
 from tutorials.megamoe import MegaMoE
-from tutorials.megamoe.ep_reference import ep_forward
+from tutorials.megamoe.ep_baseline import BF16Experts, ep_forward
 from tutorials.megamoe.torch_op import MegaMoEModule
 
 TOKENS_PER_RANK, HIDDEN, INTERMEDIATE_PER_RANK = 128, 1024, 1024
@@ -115,11 +116,11 @@ class MoEBlockCollectives(torch.nn.Module):
 
     def __init__(self, w_router: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
         super().__init__()
-        for name, t in (("w_router", w_router), ("w1", w1), ("w2", w2)):
-            self.register_buffer(name, t)
+        self.register_buffer("w_router", w_router)
+        self.experts = BF16Experts(w1, w2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ep_forward(x, (x @ self.w_router).float(), TOP_K, self.w1, self.w2)
+        return ep_forward(x, (x @ self.w_router).float(), TOP_K, self.experts, EXPERTS_PER_RANK)
 
 
 def capture(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> tuple[Callable[[], Any], str]:

@@ -345,30 +345,67 @@ def tutorials(gpus: int) -> Suite:
 
 
 T2_SHAPES = ("1024x1024x1024", "4096x1024x8192", "4096x8192x8192", "8192x8192x8192", "4096x8192x28672")
+T2_OVERLAP_SHAPES = ("4096x1024x8192", "1024x1024x1024")  # multi_gpu: both push paths vs NCCL all-gather and GEMM
+MULTI_GPU_PARTS = ("1", "2", "3", "serving")  # what TUTORIALS may name
 
 
 def multi_gpu_worlds(gpus: int) -> list[int]:
-    """The world sizes of ``WORLDS`` (default 2 4 8) that fit the host."""
-    return [w for w in map(int, os.environ.get("WORLDS", "2 4 8").split()) if 2 <= w <= gpus]
+    """The world sizes of ``WORLDS`` (default: every GPU of the host) that fit the host."""
+    return [w for w in map(int, os.environ.get("WORLDS", str(gpus)).split()) if 2 <= w <= gpus]
 
 
 def multi_gpu(gpus: int) -> Suite:
-    """The three tutorials one PE per GPU at every world size of ``WORLDS`` that fits (no MPS, no
-    shared-GPU mode), with the NCCL baselines timed in the same runs; ``TUTORIALS`` (default 1 2 3)
-    picks the tutorials, ``T1_VARIANTS`` (default puts:8) the T1 op variants timed and checked beside
-    the default, ``T2_CONFIGS`` (default or all) T2's tile configs."""
+    """The tutorials one PE per GPU at every world size of ``WORLDS`` that fits (default: all the GPUs; no
+    MPS, no shared-GPU mode), with their NCCL baselines timed in the same runs; ``TUTORIALS`` (default
+    ``3 serving 2``; ``1`` adds Tutorial 1, which does not fit the 540 s with the others) picks the parts.
+
+    * ``3``: MegaMoE's benchmark at world 1 on GPU 0 (the per-rank load, both impls, events timing), then
+      at each world W with 16 experts per rank, bf16 and fp8: both impls checked on every rank and timed
+      as CUDA graphs against the grouped-GEMM EP baseline, with the ratio to the world-1 time;
+    * ``serving``: examples.serving_blocks (NCCL baselines);
+    * ``2``: AllGather-GEMM's check with each push path, and its benchmark at ``T2_OVERLAP_SHAPES`` with
+      both push paths against NCCL's all-gather alone and the GEMM alone.
+
+    Steps of one world size take at most 460 s, so one world fits the 540 s budget with the setup;
+    ``T1_VARIANTS`` (default puts:8) and ``T2_CONFIGS`` (default or all) are as in the other suites.
+    """
     worlds = multi_gpu_worlds(gpus)
     if not worlds:
-        raise SystemExit(f"multi_gpu: no world size in WORLDS='{os.environ.get('WORLDS', '2 4 8')}' fits the "
+        raise SystemExit(f"multi_gpu: no world size in WORLDS='{os.environ.get('WORLDS', str(gpus))}' fits the "
                          f"{gpus} GPU(s) nvidia-smi lists; run on a host with >= 2 GPUs or set WORLDS")  # fmt: skip
-    wanted = os.environ.get("TUTORIALS", "1 2 3").split()
+    wanted = os.environ.get("TUTORIALS", "3 serving 2").split()
+    if unknown := set(wanted) - set(MULTI_GPU_PARTS):
+        raise SystemExit(f"multi_gpu: TUTORIALS names {sorted(unknown)}; use some of {' '.join(MULTI_GPU_PARTS)}")
     variants = os.environ.get("T1_VARIANTS", "puts:8").split()
     t1_shapes = [f"{t}x{h}" for h in (2048, 8192) for t in (1, 16, 128, 1024, 4096)]
-    steps = [Step("toolchain", ("python3", "-c", TOOLCHAIN), 60)]
+    t3_bench = ("--impls", "launches", "persistent", "--out", "{dir}")
+    steps = [Step("toolchain", ("python3", "-c", TOOLCHAIN), 20)]
+    if "3" in wanted:  # the same per-rank load at world 1, timed as the world-W runs are
+        steps += [Step(f"t3_bench_w1_{p}", ("python3", "-m", f"{T3}.benchmark", "--precision", p, "--timing", "events",
+                                            *t3_bench), 50 if p == "bf16" else 45, benchmark=True)
+                  for p in ("bf16", "fp8")]  # fmt: skip
     if "1" in wanted:
         steps.append(Step("t1_compile", ("python3", "-m", f"{T1}.aot", "--warm", "2048", "4096", "7168", "8192",
                                          "--worlds", *map(str, worlds), "--jobs", "16"), 120))  # fmt: skip
     for w in worlds:
+        if "3" in wanted:
+            steps += [Step(f"t3_bench_w{w}_{p}", _torchrun(w, f"{T3}.benchmark", "--experts", str(16 * w),
+                                                           "--precision", p, "--world1", f"{{dir}}/../t3_bench_w1_{p}",
+                                                           *t3_bench),
+                           80 if p == "bf16" else 70, benchmark=True)
+                      for p in ("bf16", "fp8")]  # fmt: skip
+        if "serving" in wanted:
+            steps.append(Step(f"serving_w{w}", _torchrun(w, "examples.serving_blocks", "--json", "{dir}/serving.json"),
+                              45))  # fmt: skip
+        if "2" in wanted:
+            steps += [Step(f"t2_correct_w{w}_{push}", _torchrun(w, f"{T2}.allgather_gemm", "--push", push, "--dtypes",
+                                                                "bfloat16", "--shapes", *T2_OVERLAP_SHAPES, "--json",
+                                                                "{dir}/correct.json"), 35)
+                      for push in ("sm", "copy_engine")]  # fmt: skip
+            steps.append(Step(f"t2_bench_w{w}", _torchrun(w, f"{T2}.benchmark", "--shapes", *T2_OVERLAP_SHAPES,
+                                                          "--push", "both", "--configs",
+                                                          os.environ.get("T2_CONFIGS", "default"), "--out", "{dir}"),
+                              80, benchmark=True))  # fmt: skip
         if "1" in wanted:
             steps.append(Step(f"t1_correct_w{w}", _torchrun(w, f"{T1}.allreduce_rmsnorm", "--graph-tokens", "16",
                                                             "4096", "--json", "{dir}/correct.json"), 90))  # fmt: skip
@@ -380,20 +417,9 @@ def multi_gpu(gpus: int) -> Suite:
             steps.append(Step(f"t1_bench_w{w}", _torchrun(w, f"{T1}.benchmark", "--shapes", *t1_shapes,
                                                           "--variants", *variants, "--json", "{dir}/bench.json"),
                               150, benchmark=True))  # fmt: skip
-        if "2" in wanted:
-            steps.append(Step(f"t2_correct_w{w}", _torchrun(w, f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"),
-                              120))  # fmt: skip
-            steps.append(Step(f"t2_bench_w{w}", _torchrun(w, f"{T2}.benchmark", "--shapes", *T2_SHAPES, "--configs",
-                                                          os.environ.get("T2_CONFIGS", "default"), "--out", "{dir}"),
-                              240, benchmark=True))  # fmt: skip
-        if "3" in wanted:
-            steps.append(Step(f"t3_correct_w{w}", _torchrun(w, f"{T3}.megamoe", "--cases", "small", "prod",
-                                                            "--json", "{dir}/correct.json"), 120))  # fmt: skip
-            steps.append(Step(f"t3_bench_w{w}", _torchrun(w, f"{T3}.benchmark", "--experts", "128", "--out",
-                                                          "{dir}"), 120, benchmark=True))  # fmt: skip
     env = {"NVSHMEM_SYMMETRIC_SIZE": "6G",  # T2 at W=8: 3.8 GB for k=28672 (two buffers)
            "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NCCL_DEBUG": "WARN"}  # fmt: skip
-    return Suite("multi_gpu", steps, budget_s=530, env=env, report=lambda out, results: _goals(out, worlds))
+    return Suite("multi_gpu", steps, budget_s=540, env=env, report=lambda out, results: _goals(out, worlds))
 
 
 def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
@@ -418,16 +444,32 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
                 vs = f"{g['speed_vs_torch']:.2f}x" if g.get("speed_vs_torch") else "no"
                 lines.append(f"T2 w{w} {shape:>16}: AG-GEMM {g['ratio_vs_gemm_alone']:.3f}x GEMM alone (goal <= 1.05), "
                              f"{vs} torch all_gather+matmul -> {'MET' if g['met'] else 'NOT MET'}")  # fmt: skip
-        for p in sorted((out / f"t3_bench_w{w}").glob("*.json")):
+                for variant, ratio in g.get("vs_overlap_bound", {}).items():
+                    lines.append(f"T2 w{w} {shape:>16}: {variant} {ratio:.3f}x max(NCCL all-gather, GEMM alone) "
+                                 f"(goal <= {g['overlap_target']}) -> "
+                                 f"{'MET' if ratio <= g['overlap_target'] else 'NOT MET'}")  # fmt: skip
+        for p in sorted(out.glob(f"t3_bench_w{w}_*/*.json")):
             if d := _load(p):
-                t, tf, base = d["times_ms"], d["tflops_per_gpu"], d["baseline"]
-                goals.append({"tutorial": 3, "world": w, "layer_us": t["megamoe_eager_ms"] * 1e3,
-                              "baseline": base, "baseline_us": t[f"{base}_ms"] * 1e3,
-                              "layer_tflops_per_gpu": tf["megamoe_eager"], "baseline_tflops_per_gpu": tf[base],
-                              "speedup": d["speedup_vs_baseline"], "errors": d["errors"]})  # fmt: skip
-                lines.append(f"T3 w{w}: layer {t['megamoe_eager_ms'] * 1e3:.1f} us ({tf['megamoe_eager']:.0f} TFLOP/s "
-                             f"per GPU), {base} {t[f'{base}_ms'] * 1e3:.1f} us ({tf[base]:.0f}): "
-                             f"{d['speedup_vs_baseline']:.2f}x")  # fmt: skip
+                goal, ratio = d.get("goal"), d.get("vs_world1", {})
+                base_us = d["times_ms"][f"{d['baseline']}_ms"] * 1e3
+                graphs = {n.removesuffix("_ms"): ms * 1e3 for n, ms in d["times_ms"].items() if n.endswith("_graph_ms")}
+                goals.append({"tutorial": 3, "world": w, "precision": d["precision"], "graph_us": graphs,
+                              "baseline": d["baseline"], "baseline_us": base_us, "errors": d["errors"],
+                              "goal": goal, "vs_world1": ratio})  # fmt: skip
+                for row, us in graphs.items():
+                    r = ratio.get("rows", {}).get(row)
+                    vs1 = (f", {r['ratio']:.3f}x world 1 ({r['world1_us']:.1f} us; goal <= {ratio['goal_ratio']})"
+                           if r else ", no world-1 time")  # fmt: skip
+                    lines.append(f"T3 w{w} {d['precision']}: {row} {us:.1f} us, {base_us / us:.2f}x faster than "
+                                 f"{d['baseline']} ({base_us:.1f} us){vs1}")  # fmt: skip
+                if goal:
+                    lines.append(f"T3 w{w} {d['precision']}: goal {goal['row']} <= {goal['goal_us']:.0f} us -> "
+                                 f"{'MET' if goal['met'] else 'NOT MET'}")  # fmt: skip
+                lines += [f"T3 w{w} {d['precision']}: FAIL {e}" for e in d["errors"]]
+        if d := _load(out / f"serving_w{w}" / "serving.json"):
+            goals.append({"serving": True, "world": w, "ok": d["ok"], "rows": d["rows"]})
+            lines += [f"serving w{w} {r['block']} {r['variant']}: {r['us_per_call']:.1f} us/call, "
+                      f"rel err {r['rel_err']:.1e}" + (f" ({r['note']})" if r["note"] else "") for r in d["rows"]]
     lines = ["goals:", *lines] if lines else ["no benchmark JSON to read goals from"]
     return lines, {"worlds": worlds, "goals": goals}
 

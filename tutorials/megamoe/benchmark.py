@@ -7,22 +7,27 @@ Layers, side by side in one run (``--impls``, default ``launches``): the call as
 ``--routing`` (random, or one hot expert) gets fresh inputs, its own rows and its own JSON.
 
 Baselines, in the same run: at world 1 the torch bf16 per-expert loop (``reference.reference_bf16``);
-at world > 1 (one PE per GPU, NCCL) the expert-parallel torch layer ``ep_reference.ep_forward``
-(routing, ``all_to_all_single`` of the pairs, per-expert bf16 matmuls + SwiGLU, ``all_to_all_single``
-back, weighted sum at the source). With ``--ceilings`` (world 1) also the GEMMs alone in torch
+at world > 1 (one PE per GPU, NCCL) the expert-parallel torch layer with grouped GEMMs in the layer's
+precision (``ep_baseline``: ``all_to_all_single`` of the pairs, ``torch._grouped_mm`` or
+``torch._scaled_grouped_mm`` with row-wise scales, ``all_to_all_single`` back; its split sizes are
+exchanged once, before timing), row ``torch_ep_grouped``. With ``--ceilings`` (world 1) also the GEMMs alone in torch
 (``gemm_baselines``): torch's grouped GEMMs on pre-sorted pairs (``torch_grouped_gemms``) and the dense
 GEMMs of the same FLOPs (``dense_gemms``, cuBLAS: the ceiling), and every row's share of the dense
-ceiling (``of_dense_ceiling``: dense time / row time). Every layer and the baseline are checked against
-the float32 reference before timing (and the graphs after): the benchmark exits 1 when one is off by
-more than the correctness check allows, else 2 when the production load's persistent graph misses its
-goal (``GOALS_US``, random routing), else 0.
+ceiling (``of_dense_ceiling``: dense time / row time). With ``--world1 DIR`` (world > 1) each layer's
+CUDA-graph time is divided by the world-1 time of the same per-rank load read from the JSON a world-1
+run of this script wrote into DIR (``vs_world1``, goal ``WORLD1_RATIO_GOAL``). Every layer and the
+baseline are checked against the float32 reference before timing (and the graphs after): the benchmark
+exits 1 when one is off by more than the correctness check allows, else 2 when the production load's
+persistent graph misses its goal (``GOALS_US`` at world 1, ``GOALS_US_PER_RANK`` at world > 1, random
+routing) or the world-1 ratio misses its goal, else 0.
 
-Timing. World 1: medians of ``triton.testing.do_bench`` (L2 flushed between repeats). World > 1:
-every rank runs the same ``--repeats``; each repeat synchronises the GPU, passes a barrier and times
-``--inner`` back-to-back calls with CUDA events (per call: the time / inner); the rank maximum of each
-repeat is kept, and the rows are the medians of those maxima (p50/p90/p99 in ``rank_max_percentiles_ms``).
-The CUDA graphs run at world 1 only. Achieved TFLOP/s per GPU counts the expert-GEMM FLOPs of
-``tokens * top_k`` pairs (the average load of a rank) over the row's time.
+Timing. World 1: medians of ``triton.testing.do_bench`` (L2 flushed between repeats), or with
+``--timing events`` the method of world > 1, so that the two compare: every rank runs the same
+``--repeats``; each repeat synchronises the GPU, passes a barrier and times ``--inner`` back-to-back
+calls with CUDA events (per call: the time / inner); the rank maximum of each repeat is kept, and the
+rows are the medians of those maxima (p50/p90/p99 in ``rank_max_percentiles_ms``). Every layer is also
+captured as a CUDA graph (rows ``*_graph``, the layer's time), at every world size. Achieved TFLOP/s
+per GPU counts the expert-GEMM FLOPs of ``tokens * top_k`` pairs (the average load of a rank) over the row's time.
 
 It also reports the roofline max(weight bytes / 4.27 TB/s, FLOPs / 713 TFLOP/s) of one rank (both
 measured on the H200, see the README; no communication) and the fraction of it reached. JSON goes to
@@ -33,6 +38,9 @@ measured on the H200, see the README; no communication) and the fraction of it r
     python -m tutorials.megamoe.benchmark --impls persistent --precision fp8 --knob num_stages=3
     python -m tutorials.megamoe.benchmark --experts 128    # world 1, all 128 experts local
     torchrun --nproc_per_node=8 -m tutorials.megamoe.benchmark --experts 128   # the production shape
+    python -m tutorials.megamoe.benchmark --impls launches persistent --timing events --out w1/
+    torchrun --nproc_per_node=4 -m tutorials.megamoe.benchmark --experts 64 --impls launches persistent \
+        --world1 w1/    # 16 experts per rank: the world-1 per-rank load, and the ratio to it
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ from ..common.ranks import every_rank
 from ..common.run_metadata import run_metadata
 from ..common.timing import percentile, rank_max
 from .config import MoEConfig
-from .ep_reference import ep_forward
+from .ep_baseline import dispatch_compute_combine, experts_for, plan
 from .gemm_baselines import dense_gemms, grouped_gemms
 from .megamoe import IMPLS, TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
 from .persistent_launch import PersistentConfig, choose_persistent
@@ -76,7 +84,7 @@ PHASES = {
 SINGLE_KERNELS = {"route_alone": ("moe_route",), "plan_alone": ("moe_plan",)}
 # Rows besides each layer's ``_eager`` / ``_graph`` rows that run the expert GEMMs of a whole call, so that
 # an achieved TFLOP/s (and a fraction of the roofline or of the dense ceiling) means something.
-FLOP_ROWS = ("grouped_gemms", "grouped_gemms_fused", "torch_reference_bf16", "torch_ep_alltoall",
+FLOP_ROWS = ("grouped_gemms", "grouped_gemms_fused", "torch_reference_bf16", "torch_ep_grouped",
              "torch_grouped_gemms", "dense_gemms")  # fmt: skip
 # The rows of each layer the benchmark builds (``--impls``, and at world 1 in bf16 the launches with L1 and
 # L2 as one launch), and the name of its output error.
@@ -86,6 +94,10 @@ _ERR_NAMES = {"launches": "megamoe", "persistent": "megamoe_persistent", "fused_
 # a CUDA graph, in us: benchmark exits 2 (goal missed) when random routing takes longer.
 PRODUCTION_LOAD = (4096, 1536, 16, 8, 512, 1)
 GOALS_US = {"fp8": 200.0, "bf16": 290.0}
+# The same per-rank load at world > 1 (16 experts per rank): the persistent graph's goal in us, and the goal
+# of every layer's graph time over its world-1 time (--world1).
+GOALS_US_PER_RANK = {"fp8": 230.0}
+WORLD1_RATIO_GOAL = 1.15
 WARMUP_CALLS = 3  # world > 1: untimed calls of each row first (compiles, NCCL communicators)
 
 
@@ -124,7 +136,8 @@ def rank_max_ms(fn: Callable[[], object], repeats: int, inner: int) -> list[floa
     mine = []
     for _ in range(repeats):
         torch.cuda.synchronize()
-        dist.barrier()
+        if dist.is_initialized():
+            dist.barrier()
         start.record()
         for _ in range(inner):
             fn()
@@ -167,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceilings", action="store_true",
                         help="world 1: also time torch's grouped GEMMs and the dense same-FLOPs GEMMs")  # fmt: skip
     parser.add_argument("--rep-ms", type=int, default=300, help="world 1: do_bench's time per row")
+    parser.add_argument("--timing", choices=["do_bench", "events"], default="do_bench",
+                        help="world 1: do_bench, or the events of world > 1 (to compare with a world > 1 run)")
+    parser.add_argument("--world1", type=Path, metavar="DIR",
+                        help="world > 1: a folder with this script's world-1 JSON of the same per-rank load")
     parser.add_argument("--repeats", type=int, default=20, help="world > 1: timed repeats per row")
     parser.add_argument("--inner", type=int, default=5, help="world > 1: back-to-back calls per repeat")
     parser.add_argument(
@@ -199,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     for routing in args.routing:
         result = _bench_routing(args, routing, layers, w1, w2, w1_loc, w2_loc, dev)
         failed |= bool(result["errors"])
-        missed |= result.get("goal", {}).get("met") is False
+        missed |= result.get("goal", {}).get("met") is False or result.get("vs_world1", {}).get("met") is False
     for layer in layers.values():  # collective, in the same order on every rank
         layer.close()
     rt.finalize()
@@ -233,8 +250,10 @@ def _bench_routing(
     ref = reference(x, ids, wts, w1, w2)
     if world == 1:
         baseline_name, baseline = "torch_reference_bf16", functools.partial(reference_bf16, x, ids, wts, w1, w2)
-    else:
-        baseline_name, baseline = "torch_ep_alltoall", functools.partial(ep_forward, x, logits, k, w1_loc, w2_loc)
+    else:  # the split sizes are host values: exchanged once, here, not in the timed calls
+        ep_plan = plan(logits, k, layer.cfg.local_experts)
+        experts = experts_for(args.precision, w1_loc, w2_loc)
+        baseline_name, baseline = "torch_ep_grouped", functools.partial(dispatch_compute_combine, x, ep_plan, experts)
     rel_errs = {_ERR_NAMES[name]: _rel_err(y, ref) for name, y in outputs.items()}
     rel_errs[baseline_name] = _rel_err(baseline(), ref)
 
@@ -251,9 +270,8 @@ def _bench_routing(
             bindings = each._bindings(x, logits, y)
             for phase, kernels in {**PHASES, **(SINGLE_KERNELS if world == 1 else {})}.items():
                 timed[phase] = lambda kernels=kernels, b=bindings, each=each: each.run(b, t, only=kernels)
-        if world == 1:
-            graphs.append(_graph(each, x, logits, y))
-            timed[f"{prefix}_graph"] = graphs[-1].replay
+        graphs.append(_graph(each, x, logits, y))
+        timed[f"{prefix}_graph"] = graphs[-1].replay
         if name == "fused_gemms":
             fused = each._bindings(x, logits, y)
             timed["grouped_gemms_fused"] = lambda b=fused, each=each: each.run(b, t, only=("moe_gemms",))
@@ -265,29 +283,30 @@ def _bench_routing(
     rows: dict[str, float] = {}
     spread: dict[str, dict[str, float]] = {}
     for name, fn in timed.items():
-        if world == 1:
+        if world == 1 and args.timing == "do_bench":
             rows[f"{name}_ms"] = _median_ms(fn, args.rep_ms)
         else:
             ms = rank_max_ms(fn, args.repeats, args.inner)
             rows[f"{name}_ms"] = percentile(ms, 50)
             spread[name] = {f"p{q}": percentile(ms, q) for q in (50, 90, 99)}
     torch.cuda.synchronize()
-    if world == 1:  # the graph replays rewrote the outputs: check them again
-        rel_errs.update({f"{_ERR_NAMES[name]}_graph": _rel_err(y, ref) for name, y in outputs.items()})
+    # the graph replays rewrote the outputs: check them again
+    rel_errs.update({f"{_ERR_NAMES[name]}_graph": _rel_err(y, ref) for name, y in outputs.items()})
     if world > 1:  # the verdict and the JSON use every rank's errors
         per_rank = every_rank(rel_errs)
         rel_errs = {name: max(r[name] for r in per_rank) for name in rel_errs}
     layer_bound = TOL_NORM if args.precision == "bf16" else TOL_NORM_FP8_VS_FP32
+    baseline_bound = TOL_NORM if world == 1 else layer_bound  # world > 1: the baseline runs in the precision
     failures = [
         f"{name}: relative error vs float32 {err:.2e} > {bound:.0e} (rerun its correctness check)"
         for name, err in rel_errs.items()
-        for bound in [TOL_NORM if name == baseline_name else layer_bound]
+        for bound in [baseline_bound if name == baseline_name else layer_bound]
         if not err <= bound
     ]
     cfg = layer.cfg
     weight_bytes, flops = cfg.weight_bytes(), cfg.flops(pairs)
     tflops = {name: flops / (rows[f"{name}_ms"] * 1e-3) / 1e12 for name in timed if counts_flops(name)}
-    layer_row = f"{_ROW_PREFIX[first]}_{'graph' if world == 1 else 'eager'}"
+    layer_row = f"{_ROW_PREFIX[first]}_graph"
     roof_ms = roofline_s(weight_bytes, flops) * 1e3
     fractions = {f"fraction_{name}": roof_ms / rows[f"{name}_ms"] for name in timed if counts_flops(name)}
     result = {
@@ -310,7 +329,7 @@ def _bench_routing(
         "precision": args.precision,
         "timing": (
             {"method": "median of triton.testing.do_bench", "rep_ms": args.rep_ms}
-            if world == 1
+            if world == 1 and args.timing == "do_bench"
             else {"method": "median over repeats of the rank maximum", "repeats": args.repeats, "inner": args.inner}
         ),
         "rel_err_vs_fp32": rel_errs[_ERR_NAMES[first]],
@@ -334,17 +353,53 @@ def _bench_routing(
     if "dense_gemms_ms" in rows:  # the dense same-FLOPs GEMMs as the ceiling
         result["of_dense_ceiling"] = {name: rows["dense_gemms_ms"] / rows[f"{name}_ms"]
                                       for name in timed if counts_flops(name)}  # fmt: skip
-    goal_us = GOALS_US.get(args.precision) if (h, i, e, k, t, world) == PRODUCTION_LOAD else None
+    per_rank_load = (h, i, cfg.local_experts, k, t) == PRODUCTION_LOAD[:5]
+    goal_us = (GOALS_US if world == 1 else GOALS_US_PER_RANK).get(args.precision) if per_rank_load else None
     if goal_us and routing == "random" and "persistent_graph_ms" in rows:
         us = rows["persistent_graph_ms"] * 1e3
         result["goal"] = {"row": "persistent_graph", "us": us, "goal_us": goal_us, "met": us <= goal_us}
-    if world > 1:
+    if world > 1 and args.world1:
+        result["vs_world1"] = vs_world1(result, rows, args.world1)
+    if spread:
         result["rank_max_percentiles_ms"] = spread
     timed.clear()  # drop the graphs and bindings before the layers close
     graphs.clear()
     if me == 0:
         _report(result, routing, args)
     return result
+
+
+def vs_world1(result: dict, rows: dict[str, float], folder: Path) -> dict:
+    """Each layer's CUDA-graph time over the world-1 time of the same per-rank load, precision and routing,
+    read from the newest matching JSON in ``folder``; ``met``: every ratio <= WORLD1_RATIO_GOAL (None when
+    no world-1 JSON matches)."""
+    shape = result["shape"]
+    same = ("hidden", "intermediate", "local_experts", "top_k", "tokens", "skewed")
+    found = None
+    for path in sorted(folder.glob("tutorial3_megamoe_*.json")):
+        d = _load_json(path)
+        if d and d["shape"]["world"] == 1 and d["precision"] == result["precision"] and all(
+                d["shape"][key] == shape[key] for key in same):  # fmt: skip
+            found = (path, d)
+    if found is None:
+        return {"world1_json": None, "rows": {}, "goal_ratio": WORLD1_RATIO_GOAL, "met": None,
+                "why": f"no world-1 JSON of this per-rank load and precision in {folder}"}  # fmt: skip
+    path, d = found
+    ratios = {}
+    for name, ms in rows.items():
+        alone = d["times_ms"].get(name)
+        if name.endswith("_graph_ms") and alone:
+            ratios[name.removesuffix("_ms")] = {"us": ms * 1e3, "world1_us": alone * 1e3, "ratio": ms / alone}
+    met = all(r["ratio"] <= WORLD1_RATIO_GOAL for r in ratios.values()) if ratios else None
+    return {"world1_json": str(path), "world1_timing": d["timing"], "rows": ratios, "goal_ratio": WORLD1_RATIO_GOAL,
+            "met": met}  # fmt: skip
+
+
+def _load_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def counts_flops(row: str) -> bool:
@@ -374,6 +429,13 @@ def _report(result: dict, routing: str, args: argparse.Namespace) -> None:
     if "goal" in result:
         g = result["goal"]
         print(f"  goal: persistent_graph {g['us']:.1f} us <= {g['goal_us']} us: {'MET' if g['met'] else 'MISSED'}")
+    if "vs_world1" in result:
+        v = result["vs_world1"]
+        for row, r in v["rows"].items():
+            print(f"  {row} vs world 1: {r['us']:.1f} / {r['world1_us']:.1f} us = {r['ratio']:.3f}x "
+                  f"(goal <= {v['goal_ratio']}): {'MET' if r['ratio'] <= v['goal_ratio'] else 'MISSED'}")
+        if not v["rows"]:
+            print(f"  vs world 1: {v.get('why', 'no graph row matches the world-1 JSON')}")
     for failure in result["errors"]:
         print(f"  FAIL {failure}")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from .quant import FP8, FP8_MAX
 from .reference import swiglu
 
 
-def _rowwise(v: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def rowwise_fp8(v: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(e4m3 values, float32 scales) with one scale per slice along ``dim`` reduced away."""
     scale = v.float().abs().amax(dim=dim, keepdim=True).clamp_min(1e-12) / FP8_MAX
     return (v.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
@@ -40,7 +40,7 @@ def _sorted_pairs(x: torch.Tensor, ids: torch.Tensor, experts: int) -> tuple[tor
     return rows, ends
 
 
-def _column_major(w: torch.Tensor) -> torch.Tensor:
+def column_major(w: torch.Tensor) -> torch.Tensor:
     """``w`` [..., K, N] with the same values, stored column-major (what the scaled GEMMs take for B)."""
     return w.transpose(-1, -2).contiguous().transpose(-1, -2)
 
@@ -53,16 +53,16 @@ def grouped_gemms(
     if precision == "bf16":
         w1c, w2c = w1.contiguous(), w2.contiguous()
         return lambda: torch._grouped_mm(swiglu(torch._grouped_mm(a, w1c, offs=ends)), w2c, offs=ends)
-    aq, a_scale = _rowwise(a, 1)
-    w1q, w1_scale = _rowwise(w1, 1)  # one scale per output column of each expert
-    w2q, w2_scale = _rowwise(w2, 1)
-    w1q, w2q = _column_major(w1q), _column_major(w2q)
+    aq, a_scale = rowwise_fp8(a, 1)
+    w1q, w1_scale = rowwise_fp8(w1, 1)  # one scale per output column of each expert
+    w2q, w2_scale = rowwise_fp8(w2, 1)
+    w1q, w2q = column_major(w1q), column_major(w2q)
     a_scale, w1_scale, w2_scale = a_scale.flatten(), w1_scale.flatten(1), w2_scale.flatten(1)
 
     def run() -> torch.Tensor:
         h = swiglu(torch._scaled_grouped_mm(aq, w1q, a_scale, w1_scale, offs=ends, out_dtype=torch.bfloat16,
                                             use_fast_accum=True))  # fmt: skip
-        hq, h_scale = _rowwise(h, 1)
+        hq, h_scale = rowwise_fp8(h, 1)
         return torch._scaled_grouped_mm(hq, w2q, h_scale.flatten(), w2_scale, offs=ends, out_dtype=torch.bfloat16,
                                         use_fast_accum=True)  # fmt: skip
 
@@ -80,9 +80,9 @@ def dense_gemms(
     b2 = torch.randn(intermediate, hidden, generator=g, device=device).to(torch.bfloat16)
     if precision == "bf16":
         return lambda: (a1 @ b1, a2 @ b2)
-    (a1q, s_a1), (a2q, s_a2) = _rowwise(a1, 1), _rowwise(a2, 1)
-    (b1q, s_b1), (b2q, s_b2) = _rowwise(b1, 0), _rowwise(b2, 0)
-    b1q, b2q = _column_major(b1q), _column_major(b2q)
+    (a1q, s_a1), (a2q, s_a2) = rowwise_fp8(a1, 1), rowwise_fp8(a2, 1)
+    (b1q, s_b1), (b2q, s_b2) = rowwise_fp8(b1, 0), rowwise_fp8(b2, 0)
+    b1q, b2q = column_major(b1q), column_major(b2q)
 
     def run() -> tuple[torch.Tensor, torch.Tensor]:
         return (
