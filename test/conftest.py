@@ -131,21 +131,33 @@ def aot_error(fn, signature: dict[str, str], constexprs: dict[str, object] | Non
     return text
 
 
-def assert_no_spills(ptx: str, tmp_path: Path) -> None:
-    """Assemble ``ptx`` with the ptxas Triton uses for sm_90a (``-v``) and require 0 bytes of spill
-    stores in every function it reports."""
+def ptxas_report(ptx: str, tmp_path: Path) -> str:
+    """What the ptxas Triton uses for sm_90a says (``-v``) when it assembles ``ptx``."""
     import subprocess
 
     from triton.backends.nvidia.compiler import get_ptxas
 
     source = tmp_path / "kernel.ptx"
     source.write_text(ptx)
-    report = subprocess.run(
+    return subprocess.run(
         [get_ptxas(90).path, "-v", "-arch=sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
         capture_output=True, text=True, check=True,
     ).stderr  # fmt: skip
+
+
+def assert_no_spills(ptx: str, tmp_path: Path) -> None:
+    """Require 0 bytes of spill stores in every function ptxas reports for ``ptx``."""
+    report = ptxas_report(ptx, tmp_path)
     spills = re.findall(r"(\d+) bytes spill stores", report)
     assert spills and all(int(n) == 0 for n in spills), report
+
+
+def assert_wgmma_pipelined(ptx: str, tmp_path: Path) -> None:
+    """The kernel uses wgmma and ptxas keeps it asynchronous: no C7510 (serialised wgmma, e.g. for a
+    call anywhere in the kernel)."""
+    assert "wgmma.mma_async" in ptx
+    report = ptxas_report(ptx, tmp_path)
+    assert "C7510" not in report and "serialized" not in report, report
 
 
 # Block labels: LLVM's ($L__BB0_3) and those of inline PTX (waitL_0 in NVSHMEM's per-SM waits).
@@ -153,8 +165,7 @@ _LABEL = re.compile(r"^\s*([$\w]+):")
 _BRANCH = re.compile(r"^\s*(@!?%?\w+\s+)?bra(?:\.uni)?\s+([$\w]+);")
 _REGISTER = re.compile(r"%[a-zA-Z]+\d+")
 _INSTRUCTION = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.]*)\s+([^;]*);")
-_BYTES = re.compile(r"\.b8\s+[$\w]+\[\d+\]\s*=\s*\{([\d,\s]+)\}")
-REPORT_FUNCTION = "triton_raw_wait_expired"  # <triton_raw/bounded_wait.h>'s report of an expired wait
+RECORD_POINTER = "triton_raw_wait_record_ptr"  # <triton_raw/bounded_wait.h>'s report of an expired wait
 
 
 def entry_lines(ptx: str) -> list[str]:
@@ -242,9 +253,10 @@ def assert_bounded_wait(ptx: str, timeout: str | int) -> None:
     """The kernel waits through ``<triton_raw/bounded_wait.h>``: its .entry function compares a
     %globaltimer difference with the bound derived from ``timeout`` (the PTX name of the kernel's
     timeout parameter, or a constant number of milliseconds); a path leads from the entry to ``ret``
-    without reading the clock, calling or trapping (the flags already up); the expired-wait report is
-    called only on paths that end right after the call; the report prints one line with vprintf,
-    naming the setting, and traps."""
+    without reading the clock or trapping (the flags already up); the wait makes no call (a call makes
+    ptxas serialise wgmma; only NVSHMEM's own proxy paths may call); the expired path reads
+    ``triton_raw_wait_record_ptr``, writes the record with a system-scope fence before its ``ready``
+    word, and traps."""
     lines = entry_lines(ptx)
     roots = _derivations(lines)
     bound = {f"{timeout}"} if isinstance(timeout, str) else {str(timeout * 1_000_000), str(timeout * 1_000_000 + 1)}
@@ -257,28 +269,22 @@ def assert_bounded_wait(ptx: str, timeout: str | int) -> None:
             if any("%globaltimer" in s for s in sources) and any(s & bound for s in sources):
                 compared.append(line.strip())
     assert compared, f"no comparison of a %globaltimer difference with the bound from {timeout}"
+    calls = [ln for ln in lines if re.match(r"\s*(@!?%\w+\s+)?call", ln)]
+    assert all("nvshmem" in ln for ln in calls), f"the wait or its report makes a call: {calls}"
     blocks, succ = entry_cfg(ptx)
-    slow = [i for i, b in enumerate(blocks) if any(re.search(r"%globaltimer|\bcall|\btrap;", ln) for ln in b)]
+    slow = [i for i, b in enumerate(blocks) if any(re.search(r"%globaltimer|\btrap;", ln) for ln in b)]
     reach, todo = set(), [0]
     while todo:
         b = todo.pop()
         if b not in reach and b not in slow:
             reach.add(b)
             todo.extend(succ[b])
-    assert any(re.match(r"\s*ret;", ln) for b in reach for ln in blocks[b]), "every path reads the clock or calls"
-    reports = [i for i, b in enumerate(blocks) if any(REPORT_FUNCTION in ln and "call" in ln for ln in b)]
-    assert reports, "the kernel never calls the expired-wait report"
-    for i in reports:  # the call ends the thread: nothing after it, so ptxas keeps nothing live across it
-        assert re.match(r"\s*(exit|trap);", [ln for ln in blocks[i] if ln.strip()][-1]) and not succ[i], blocks[i]
-    definition = re.search(rf"^\.func [^(]*{REPORT_FUNCTION}\w*\((?:.|\n)*?^}}", ptx, re.MULTILINE)
-    assert definition, "the expired-wait report is not defined in the module"
-    body = definition.group(0)
-    assert re.search(r"call\.uni\s*\(retval0\),\s*vprintf", body) and re.search(r"^\s*trap;", body, re.MULTILINE)
-    strings = [bytes(int(v) for v in m.group(1).split(",")).decode(errors="replace") for m in _BYTES.finditer(ptx)]
-    report = [s for s in strings if "waited" in s]
-    assert len(report) == 1 and report[0].count("\n") == 1, report
-    for part in ("PE %d waited", "for PE %d", "expected >= %lld", "TRITON_RAW_WAIT_TIMEOUT_S"):
-        assert part in report[0], (part, report[0])
+    assert any(re.match(r"\s*ret;", ln) for b in reach for ln in blocks[b]), "every path reads the clock or traps"
+    body = "\n".join(lines)
+    assert re.search(rf"ld\.global(\.\w+)*\.b64\s+%rd\d+, \[{RECORD_POINTER}\]", body), "the record is not read"
+    assert re.search(r"fence\.sc\.sys|membar\.sys", body) and re.search(r"^\s*trap;", body, re.MULTILINE)
+    assert re.search(rf"^\.visible \.global \.align 8 \.u64 {RECORD_POINTER};", ptx, re.MULTILINE), \
+        "the record pointer is not defined for cuModuleGetGlobal"
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import triton
-from conftest import assert_bounded_wait, assert_no_spills
+from conftest import assert_bounded_wait, assert_no_spills, assert_wgmma_pipelined
 from triton.backends.compiler import GPUTarget
 
 from tutorials.allgather_gemm import aot, schedule
@@ -27,7 +27,7 @@ def _compiled(name: str):
 
 
 @pytest.mark.parametrize("name", GEMMS)
-def test_kernel_compiles_for_sm90_with_wgmma_and_tma(name):
+def test_kernel_compiles_for_sm90_with_wgmma_and_tma(name, tmp_path):
     kernel = _compiled(name)
     ptx = kernel.asm["ptx"]
     assert ".target sm_90a" in ptx
@@ -41,7 +41,8 @@ def test_kernel_compiles_for_sm90_with_wgmma_and_tma(name):
     if waits:
         assert_bounded_wait(ptx, _wait_ms_param(ptx, last=2 if name.endswith("_smpush") else 1))
     else:
-        assert "%globaltimer" not in ptx and "vprintf" not in ptx
+        assert "%globaltimer" not in ptx and "trap;" not in ptx
+    assert_wgmma_pipelined(ptx, tmp_path)
 
 
 def _wait_ms_param(ptx: str, last: int = 1) -> str:

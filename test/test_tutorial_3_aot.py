@@ -6,7 +6,7 @@ import re
 
 import pytest
 import triton
-from conftest import assert_bounded_wait, assert_no_spills, entry_param
+from conftest import assert_bounded_wait, assert_no_spills, assert_wgmma_pipelined, entry_param
 from triton.backends.compiler import GPUTarget
 
 from tutorials.common.aot import launch_source
@@ -145,6 +145,7 @@ def test_persistent_kernel_compiles_with_wgmma_tma_and_bounded_waits(precision, 
     # a 2-D tensor descriptor is five .entry parameters: the TMA map, then its shape and strides
     index = sum(5 if key.endswith("_desc") else 1 for _, key in before)
     assert_bounded_wait(ptx, f"moe_persistent_param_{index}")
+    assert_wgmma_pipelined(ptx, tmp_path)
     # The fp8 tiles were chosen with Triton 3.6; Triton 3.7's register allocation spills 24-52 bytes there.
     if precision == "bf16" or triton.__version__.startswith("3.6."):
         assert_no_spills(ptx, tmp_path)

@@ -44,6 +44,7 @@ from .ptxas_bound import install as install_ptxas_bound
 from .raw_code_errors import check_undefined_calls, ptxas_errors_in_raw_code
 from .triton_version import stage_hook
 from .version import code_digest
+from .wait_reports import define_record_pointer
 
 _RAW_LIBPATH = re.compile(rf'libname = "{LIBRARY_NAME}", libpath = "([^"]+)"')
 _HOOK_MARK = "_triton_raw_ext_hook"
@@ -82,6 +83,7 @@ def _wrap_llir(backend, stages: dict, options, capability: int, linked: list[Pat
         extern_libs = libs | dict(options.extern_libs or ())
         llir = backend.make_llir(src, metadata, dataclasses.replace(options, extern_libs=extern_libs), capability)
         llir = link_nvshmem(llir, capability, sm_arch_from_capability(capability), metadata)
+        llir = define_record_pointer(llir)
         check_undefined_calls(llir, linked, metadata.get("raw_nvshmem_objects") or ())
         return llir
 
@@ -121,8 +123,8 @@ def install() -> None:
     setattr(hook, _HOOK_MARK, True)
     knobs.runtime.add_stages_inspection_hook = hook
     install_ptxas_bound()
-    from .module_init import init_nvshmem_module
+    from .module_init import init_loaded_module
     from .source_watch import install as install_source_watch
 
-    knobs.runtime.kernel_load_end_hook.add(init_nvshmem_module)
+    knobs.runtime.kernel_load_end_hook.add(init_loaded_module)
     install_source_watch()

@@ -267,10 +267,10 @@ def probe_backend_hook() -> Component:
     except ImportError as e:  # llvmlite missing: importing the plugin left the hooks out
         return Component("backend_hook", True, False, problem=f"not installed: the plugin's compile path cannot be "
                          f"imported ({e})", fix=LLVMLITE_INSTALL_HINT)
-    from .module_init import init_nvshmem_module
+    from .module_init import init_loaded_module
 
     stage = bool(getattr(knobs.runtime.add_stages_inspection_hook, _HOOK_MARK, False))
-    load = init_nvshmem_module in knobs.runtime.kernel_load_end_hook.calls
+    load = init_loaded_module in knobs.runtime.kernel_load_end_hook.calls
     facts: Facts = {"stage_hook": stage, "module_load_hook": load}
     if stage and load:
         return Component("backend_hook", True, True, facts)

@@ -1,15 +1,19 @@
-"""After a kernel's module is loaded: initialise NVSHMEM's device state in it, if it has one.
+"""After a kernel's module is loaded: initialise NVSHMEM's device state in it, if it has one, and point
+its bounded waits' report at this process's record, if it has waits.
 
 Registered on Triton's ``kernel_load_end_hook`` chain, which runs on every module load (each
 device, disk-cache hits included). A module holds NVSHMEM state when it defines the global
 ``nvshmemi_device_state_d``; only then is ``nvshmemx_cumodule_init`` called (on other modules it
-fails with CUDA error 7).
+fails with CUDA error 7). A module with bounded waits defines ``triton_raw_wait_record_ptr``
+(:mod:`triton_raw_ext.wait_reports`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+
+from .wait_reports import point_module_at_record
 
 STATE_SYMBOL = b"nvshmemi_device_state_d"
 CUDA_SUCCESS = 0
@@ -18,9 +22,19 @@ CUDA_SUCCESS = 0
 @functools.lru_cache(maxsize=1)
 def _libcuda() -> ctypes.CDLL:
     lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuModuleGetGlobal_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
-                                         ctypes.c_void_p, ctypes.c_char_p]
-    lib.cuModuleGetGlobal_v2.restype = ctypes.c_int
+    u64, size, ptr = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p
+    signatures = {
+        "cuModuleGetGlobal_v2": [u64, size, ptr, ctypes.c_char_p],
+        "cuMemHostAlloc": [ctypes.POINTER(ptr), ctypes.c_size_t, ctypes.c_uint],
+        "cuMemHostGetDevicePointer_v2": [u64, ptr, ctypes.c_uint],
+        "cuStreamCreate": [ctypes.POINTER(ptr), ctypes.c_uint],
+        "cuMemcpyHtoDAsync_v2": [ctypes.c_uint64, ptr, ctypes.c_size_t, ptr],
+        "cuStreamSynchronize": [ptr],
+        "cuStreamDestroy_v2": [ptr],
+    }
+    for name, argtypes in signatures.items():
+        getattr(lib, name).argtypes = argtypes
+        getattr(lib, name).restype = ctypes.c_int
     return lib
 
 
@@ -32,7 +46,8 @@ def holds_nvshmem_state(module: int) -> bool:
     return status == CUDA_SUCCESS
 
 
-def init_nvshmem_module(module, function, name, metadata_group, hash) -> None:  # noqa: A002 (Triton's names)
+def init_loaded_module(module, function, name, metadata_group, hash) -> None:  # noqa: A002 (Triton's names)
+    point_module_at_record(_libcuda(), int(module))
     if not holds_nvshmem_state(int(module)):
         return
     from triton_raw_ext import runtime

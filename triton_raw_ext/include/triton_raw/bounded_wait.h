@@ -14,29 +14,42 @@
  *     left ptxas more registers than acquire loads did).
  *
  * The bound: a wait that has not seen the value after `timeout_ms` milliseconds of %globaltimer
- * prints one line, from the first thread of the loaded kernel whose wait expires,
+ * traps (PTX `trap`): the launch fails and the host's next synchronisation raises a CUDA error,
+ * instead of the kernel spinning forever on a peer that died and holding the GPU (and every process
+ * sharing it). The first expired wait of a loaded kernel first leaves its report in host memory
+ * (triton_raw_wait_record_ptr, set by the plugin when it loads the kernel), which the plugin prints
+ * from the host as one line:
  *   triton_raw_ext: PE <me> waited <ms> ms for PE <peer>: <what> at <address> is <seen>, expected >= <expected> ...
- * and every expired thread traps (PTX `trap`; the others once that line is out, or after a second):
- * the launch fails and the host's next synchronisation
- * raises a CUDA error, instead of the kernel spinning forever on a peer that died and holding the GPU
- * (and every process sharing it). Kernels take `timeout_ms` as an argument from the host:
- * triton_raw_ext.knobs.wait_timeout_ms() reads TRITON_RAW_WAIT_TIMEOUT_S (seconds, default 20).
+ * The report is written inline, with no call: a call in a kernel makes ptxas serialise the kernel's
+ * wgmma instructions (C7510), so a device printf would slow every GEMM that waits. Kernels take
+ * `timeout_ms` as an argument from the host: triton_raw_ext.knobs.wait_timeout_ms() reads
+ * TRITON_RAW_WAIT_TIMEOUT_S (seconds, default 20).
  *
  * Cost: one load and one branch when the flag is already up. While waiting, %globaltimer is read
  * once every TRITON_RAW_WAIT_SPINS_PER_CLOCK spins; `sleep_ns` > 0 adds __nanosleep(sleep_ns) per
- * spin (fewer loads competing with the work that raises the flag). The report is an out-of-line call
- * on the path that ends in the trap.
+ * spin (fewer loads competing with the work that raises the flag).
  */
 #ifndef TRITON_RAW_BOUNDED_WAIT_H
 #define TRITON_RAW_BOUNDED_WAIT_H
 
 #define TRITON_RAW_WAIT_SPINS_PER_CLOCK 256u
 
-/* Set by the first thread whose wait expires, so that a kernel prints one report however many of
-   its threads wait on the same dead peer; `printed` once its line is out. */
+/* The report of an expired wait, in host memory mapped into the GPU (triton_raw_ext.wait_reports
+   reads it; keep the two layouts in step). `ready` is written last. The plugin defines
+   triton_raw_wait_record_ptr in every kernel that declares it and stores the record's address there
+   at load; it stays null (the trap without a report) in a kernel loaded another way. */
+struct triton_raw_wait_record {
+  unsigned int ready;
+  int me, peer, is_signed;
+  unsigned int block, thread;
+  unsigned long long waited_ns, flag;
+  long long seen, expected;
+  char what[64];
+};
+static_assert(sizeof(struct triton_raw_wait_record) == 120, "wait_reports.WaitRecord has this layout");
+extern "C" __device__ struct triton_raw_wait_record *triton_raw_wait_record_ptr;
+/* Set by the first thread whose wait expires: one report per loaded kernel. */
 static __device__ unsigned int triton_raw_wait_reported;
-static __device__ volatile unsigned int triton_raw_wait_printed;
-#define TRITON_RAW_WAIT_PRINT_GRACE_NS 1000000000ull
 
 enum { TRITON_RAW_ACQUIRE_LOAD_SYS, TRITON_RAW_ACQUIRE_FENCE_GPU };
 
@@ -62,28 +75,27 @@ static __device__ __forceinline__ unsigned long long triton_raw_globaltimer_ns(v
   return now;
 }
 
-/* The report and the trap of an expired wait, out of line: the waiting kernel keeps no stack frame
-   for printf's arguments, and the call site ends with `exit` so that ptxas keeps nothing live across
-   the call (a `trap` there would hold every live register). */
+/* The report (by the first expired thread) and the trap of an expired wait; inline: see above. */
 template <typename T>
-static __device__ __noinline__ void triton_raw_wait_expired(const T *flag, T expected, T seen, const char *what,
-                                                            int me, int peer, unsigned long long waited_ns) {
-  if (atomicExch(&triton_raw_wait_reported, 1u) == 0u) {
-    const bool is_signed = (T)-1 < (T)0;
-    printf("triton_raw_ext: PE %d waited %llu ms for PE %d: %s at %p is %lld, expected >= %lld (block %u, thread %u); "
-           "trapping (the peer died or is stuck; the bound is TRITON_RAW_WAIT_TIMEOUT_S)\n",
-           me, waited_ns / 1000000ull, peer, what, (const void *)flag,
-           is_signed ? (long long)seen : (long long)(unsigned long long)seen,
-           is_signed ? (long long)expected : (long long)(unsigned long long)expected, blockIdx.x, threadIdx.x);
-    __threadfence();
-    triton_raw_wait_printed = 1u;
-  } else {
-    // A trap ends the whole launch, a report still being written with it: the other expired threads
-    // give the reporting one up to a second to finish its line.
-    const unsigned long long start = triton_raw_globaltimer_ns();
-    while (!triton_raw_wait_printed && triton_raw_globaltimer_ns() - start < TRITON_RAW_WAIT_PRINT_GRACE_NS) {
-      __nanosleep(1000);
-    }
+static __device__ __forceinline__ void triton_raw_wait_expired(const T *flag, T expected, T seen, const char *what,
+                                                               int me, int peer, unsigned long long waited_ns) {
+  volatile struct triton_raw_wait_record *record = triton_raw_wait_record_ptr;
+  if (record != 0 && atomicExch(&triton_raw_wait_reported, 1u) == 0u) {
+    record->me = me;
+    record->peer = peer;
+    record->is_signed = (T)-1 < (T)0;
+    record->block = blockIdx.x;
+    record->thread = threadIdx.x;
+    record->waited_ns = waited_ns;
+    record->flag = (unsigned long long)flag;
+    record->seen = (long long)seen;
+    record->expected = (long long)expected;
+    unsigned int i = 0;
+    for (; i + 1 < sizeof(record->what) && what[i] != 0; ++i) record->what[i] = what[i];
+    record->what[i] = 0;
+    __threadfence_system();
+    record->ready = 1u;
+    __threadfence_system();
   }
   asm volatile("trap;");
 }
@@ -101,10 +113,7 @@ static __device__ __forceinline__ T triton_raw_wait_ge(const T *flag, T expected
       if (seen >= expected) break;
       if (spins % TRITON_RAW_WAIT_SPINS_PER_CLOCK == 0) {
         const unsigned long long waited = triton_raw_globaltimer_ns() - start;
-        if (waited > limit) {
-          triton_raw_wait_expired(flag, expected, seen, what, me, peer, waited);
-          asm volatile("exit;");
-        }
+        if (waited > limit) triton_raw_wait_expired(flag, expected, seen, what, me, peer, waited);
       }
     }
   }
