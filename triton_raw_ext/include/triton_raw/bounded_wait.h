@@ -80,7 +80,8 @@ template <typename T>
 static __device__ __forceinline__ void triton_raw_wait_expired(const T *flag, T expected, T seen, const char *what,
                                                                int me, int peer, unsigned long long waited_ns) {
   volatile struct triton_raw_wait_record *record = triton_raw_wait_record_ptr;
-  if (record != 0 && atomicExch(&triton_raw_wait_reported, 1u) == 0u) {
+  // One report per process: a record already filled (by another kernel) is the cause, left as it is.
+  if (record != 0 && record->ready == 0u && atomicExch(&triton_raw_wait_reported, 1u) == 0u) {
     record->me = me;
     record->peer = peer;
     record->is_signed = (T)-1 < (T)0;
