@@ -18,6 +18,7 @@ import ctypes
 import re
 import sys
 import threading
+import warnings
 
 RECORD_SYMBOL = "triton_raw_wait_record_ptr"
 POLL_S = 0.05
@@ -92,12 +93,20 @@ def _check(status: int, what: str) -> None:
 def point_module_at_record(cuda: ctypes.CDLL, module: int) -> None:
     """If the loaded CUmodule ``module`` defines ``triton_raw_wait_record_ptr``, store there the device
     address of this process's record (created on first use). The copy goes on a stream of its own that
-    does not wait for the default stream, where a kernel may be waiting for a peer."""
-    global _reporter
+    does not wait for the default stream, where a kernel may be waiting for a peer. If the driver
+    refuses any step, the kernel runs without reports (its waits still trap) and a warning says why."""
     slot, size = ctypes.c_uint64(), ctypes.c_size_t()
     if cuda.cuModuleGetGlobal_v2(ctypes.byref(slot), ctypes.byref(size), ctypes.c_void_p(module),
                                  RECORD_SYMBOL.encode()) != CUDA_SUCCESS:
         return
+    try:
+        _store_record_address(cuda, slot)
+    except RuntimeError as e:
+        warnings.warn(f"{e}: this kernel's bounded waits will trap without printing their report", stacklevel=2)
+
+
+def _store_record_address(cuda: ctypes.CDLL, slot: ctypes.c_uint64) -> None:
+    global _reporter
     with _reporter_lock:
         if _reporter is None:
             _reporter = _Reporter(cuda)
