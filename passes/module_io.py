@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import re
+import struct
 from pathlib import Path
 
 import llvmlite.binding as llvm
@@ -15,18 +17,34 @@ def init_llvm() -> None:
     llvm.initialize_all_asmprinters()
 
 
+# Float constants as newer LLVM prints them (Triton 3.8+): `f0x3F800000` (a float's bits), `-inf`, `nan`.
+_FLOAT_BITS = re.compile(r"(?<![\w.])f0x([0-9A-Fa-f]{8})\b")
+_FLOAT_SPECIAL = re.compile(r"(?<=[\s,(<\[])([-+]?)(inf|nan)(?=[\s,)>\]])")
+
+
+def _double_hex(value: float) -> str:
+    return "0x" + struct.pack(">d", value).hex().upper()
+
+
+def classic_float_literals(text: str) -> str:
+    """``text`` with float constants in the spelling every LLVM reads (a double's hex bits), for the
+    llvmlite reader, which predates the newer spellings."""
+    text = _FLOAT_BITS.sub(lambda m: _double_hex(struct.unpack(">f", bytes.fromhex(m.group(1)))[0]), text)
+    return _FLOAT_SPECIAL.sub(lambda m: _double_hex(float(m.group(1) + m.group(2))), text)
+
+
 def parse(data: bytes | str, name: str = "<module>", verify: bool = True) -> llvm.ModuleRef:
     """Parse bitcode (bytes starting with ``BC``) or textual IR; raise ValueError naming ``name``.
 
     ``verify=False`` skips LLVM's verifier (seconds on a vendor's 50 MB library; the reader still
-    rejects malformed input).
+    rejects malformed input). Textual IR may spell float constants as newer LLVM prints them.
     """
     init_llvm()
     try:
         if isinstance(data, bytes) and data[:2] == b"BC":
             mod = llvm.parse_bitcode(data)
         else:
-            mod = llvm.parse_assembly(data.decode() if isinstance(data, bytes) else data)
+            mod = llvm.parse_assembly(classic_float_literals(data.decode() if isinstance(data, bytes) else data))
         if verify:
             mod.verify()
     except RuntimeError as e:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 import pytest
-from triton_raw_ext.passes.module_io import parse
+from triton_raw_ext.passes.module_io import classic_float_literals, parse
 
 from triton_raw_ext import RawCompileError, nvshmem_cut, nvshmem_install
 from triton_raw_ext.toolchain import find_llvm_link
@@ -143,3 +143,15 @@ def test_a_stuck_llvm_link_is_stopped(fake_nvshmem, monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_RAW_TOOL_TIMEOUT_S", "1")
     with pytest.raises(RawCompileError, match=r"llvm-link did not finish within 1 s .*TRITON_RAW_TOOL_TIMEOUT_S"):
         nvshmem_cut.nvshmem_subset(90, ["nvshmem_int_p"])
+
+
+def test_float_constants_in_newer_llvm_spelling_are_read():
+    """Triton 3.8+'s LLVM prints `f0x<float bits>`, `-inf` and `nan`; the llvmlite reader gets a double's hex
+    bits for each, the same values, and identifiers or strings that merely contain the words stay."""
+    text = ('define float @k(float %x, i1 %c) {\n  %inf = fmul float %x, f0xBFB8AA3B\n'
+            '  %a = select i1 %c, float -inf, float %inf\n  %b = select i1 %c, float nan, float %a\n'
+            '  ret float %b\n}\n!0 = !{!"inf"}\n')  # fmt: skip
+    classic = classic_float_literals(text)
+    assert "0xBFF7154760000000" in classic and "float 0xFFF0000000000000" in classic
+    assert "float 0x7FF8000000000000" in classic and "%inf = fmul" in classic and '!{!"inf"}' in classic
+    assert "define float @k" in str(parse(text, "newer spelling"))
