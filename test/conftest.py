@@ -373,3 +373,22 @@ def assert_nvshmem_linked(compiled) -> None:
     assert symbols.get("nvshmemi_device_state_d"), "NVSHMEM's device state must be defined in the cubin"
     objects = compiled.metadata.raw_nvshmem_objects
     assert all(symbols.get(name) for name in objects), f"collectives missing from the cubin: {objects}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a test's own process group)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_gloo(rank: int, world: int, port: int) -> None:
+    """Join a CPU (gloo) process group of ``world`` ranks rendezvousing on ``port`` of 127.0.0.1."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))  # fmt: skip

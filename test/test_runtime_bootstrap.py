@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
+from conftest import free_port
 from triton_raw_ext.runtime import PEER_FAILED_EXIT_CODE, bootstrap
 
 from triton_raw_ext.errors import RawRuntimeError
@@ -71,15 +71,9 @@ def test_malformed_payload_is_rejected(payload: object) -> None:
         bootstrap.validate(payload)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch_pair(script: str) -> list[subprocess.Popen[str]]:
     """Start ``script`` as ranks 0 and 1 of a gloo job (torchrun-style env)."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(2):
         env = dict(

@@ -9,13 +9,12 @@ float32 reference of all experts.
 
 from __future__ import annotations
 
-import datetime
 import math
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import free_port, init_gloo
 
 from tutorials.megamoe.ep_baseline import FP8Experts, dispatch_compute_combine, ep_forward, experts_for, plan
 from tutorials.megamoe.reference import reference
@@ -43,20 +42,11 @@ class LoopFP8Experts(FP8Experts):
         return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, world: int, port: int) -> None:
     """One rank: every case; raises naming the case and the error on a mismatch."""
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )  # fmt: skip
+    init_gloo(rank, world, port)
     try:
         for n, (h, i, e, k, t0, skewed, precision, tol) in enumerate(CASES):
             g = torch.Generator().manual_seed(n)  # the same weights on every rank
@@ -88,7 +78,7 @@ def _worker(rank: int, world: int, port: int) -> None:
 
 @pytest.mark.parametrize("world", [1, 2])
 def test_ep_baseline_matches_single_process_reference(world):
-    mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, free_port()), nprocs=world, join=True)
 
 
 def test_fp8_tokens_travel_with_their_scale():

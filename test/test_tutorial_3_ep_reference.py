@@ -7,13 +7,12 @@ and compares every rank's output with the single-process float32 reference of al
 
 from __future__ import annotations
 
-import datetime
 import math
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import free_port, init_gloo
 
 from tutorials.megamoe.ep_reference import ep_forward
 from tutorials.megamoe.reference import reference
@@ -29,20 +28,11 @@ CASES = {
 }  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, world: int, port: int) -> None:
     """One rank: every case of CASES[world]; raises naming the case and the error on a mismatch."""
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )  # fmt: skip
+    init_gloo(rank, world, port)
     try:
         for n, (h, i, e, k, t0, skewed, dtype, tol) in enumerate(CASES[world]):
             g = torch.Generator().manual_seed(n)  # the same weights on every rank
@@ -69,7 +59,7 @@ def _worker(rank: int, world: int, port: int) -> None:
 
 @pytest.mark.parametrize("world", sorted(CASES))
 def test_ep_forward_matches_single_process_reference(world):
-    mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, free_port()), nprocs=world, join=True)
 
 
 def test_ep_forward_needs_torch_distributed():
