@@ -115,8 +115,9 @@ def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     buffers = {n for n, _, _ in [*cfg.symmetric_buffers(), *cfg.local_buffers(), *sym, *local]}
     weights = {"w1q", "w1s", "w2q", "w2s"} if precision == "fp8" else {"w1", "w2"}
     per_call = {"logits", "x", "y", "T", "me", "wait_ms", "item_begin", "item_end", "w1_desc", "w2_desc", "h_desc"}
-    assert {k for _, k in launch.params} <= buffers | weights | per_call
+    assert {k for _, k in launch.params} - {None} <= buffers | weights | per_call
     keys = dict(launch.params)
+    assert keys["trace_ptr"] is None and launch.constexprs["TRACE"] is False, "untraced: trace_ptr is None"
     assert keys["staging"] == ("y" if world == 1 else "staging")
     assert keys["a_src"] == ("recv_x" if world > 1 else "x_sym" if precision == "fp8" else "x")
     assert (launch.constexprs["PULL"], launch.constexprs["PUSH"]) == (world > 1, world > 1)
@@ -202,3 +203,59 @@ def test_layer_argument_checks_of_the_persistent_impl():
     runner.impl = "persistent"
     with pytest.raises(ValueError, match="impl='persistent' runs a call as one launch, not by steps"):
         runner.run({}, 64, only=("moe_l2",))
+
+
+def test_trace_knob_adds_the_trace_buffer_and_binds_it():
+    pc = dataclasses.replace(choose_persistent(PRODUCTION), trace=True)
+    launch = persistent_launch(PRODUCTION, pc, 132)
+    _, local = persistent_buffers(PRODUCTION, pc)
+    n_items = schedule(PRODUCTION, pc).starts()["N_ITEMS"]
+    assert ("trace", (n_items, len(persistent.TRACE_FIELDS)), "int64") in local
+    assert dict(launch.params)["trace_ptr"] == "trace" and launch.constexprs["TRACE"] is True
+    assert "trace" not in {n for n, _, _ in persistent_buffers(PRODUCTION, choose_persistent(PRODUCTION))[1]}
+
+
+def test_trace_summary_per_region():
+    """Two route items, the plan, the layout, and two L1 tiles (one waited 3 us); the rest never ran."""
+    import numpy as np
+
+    from tutorials.megamoe.trace_persistent import format_summary, summarize
+
+    cfg = dataclasses.replace(PRODUCTION, max_tokens=64)
+    sch = schedule(cfg, choose_persistent(cfg))
+    s = sch.starts()
+    trace = np.zeros((s["N_ITEMS"], len(persistent.TRACE_FIELDS)), dtype=np.int64)
+    base = 1_000_000
+    trace[0] = [base, 0, base + 2000, 0]
+    trace[1] = [base + 500, 0, base + 1500, 1]
+    trace[s["PLAN_START"]] = [base + 2000, 0, base + 4000, 0]
+    trace[s["LAYOUT_START"]] = [base + 4000, 0, base + 5000, 1]
+    trace[s["L1_START"]] = [base + 5000, base + 8000, base + 10000, 0]
+    trace[s["L1_START"] + 1] = [base + 5000, base + 5000, base + 9000, 2]
+    out = summarize(trace, sch)
+    assert out["span_us"] == 10.0 and out["sms"] == 3
+    assert list(out["regions"]) == ["route", "plan", "layout", "l1"]
+    route, l1 = out["regions"]["route"], out["regions"]["l1"]
+    assert (route["items"], route["first_start_us"], route["last_end_us"], route["busy_us"]) == (2, 0.0, 2.0, 3.0)
+    assert (l1["items"], l1["busy_us"], l1["wait_us"], l1["max_item_us"]) == (2, 9.0, 3.0, 5.0)
+    assert out["busy_fraction"] == pytest.approx((3 + 2 + 1 + 9) / 30)
+    assert len(format_summary(out)) == 2 + 4
+    with pytest.raises(ValueError, match="no item"):
+        summarize(np.zeros_like(trace), sch)
+
+
+def test_state_check_lets_only_a_peers_plan_flag_run_one_call_ahead():
+    from tutorials.megamoe.megamoe import persistent_state_errors
+
+    cfg = dataclasses.replace(PRODUCTION, world=2, num_experts=32)
+
+    def state(plan, comb=(2, 2)):
+        return {"sched": torch.zeros(4, dtype=torch.int32), "call_epoch": torch.tensor([2]),
+                "plan_flag": torch.tensor(plan), "comb_flag": torch.tensor(comb)}  # fmt: skip
+
+    assert persistent_state_errors(cfg, 0, state([2, 2]), 2) == []
+    assert persistent_state_errors(cfg, 0, state([2, 3]), 2) == []  # the peer planned its next call
+    assert persistent_state_errors(cfg, 0, state([3, 2]), 2)  # this rank's own flag cannot be ahead
+    assert persistent_state_errors(cfg, 0, state([2, 4]), 2)
+    assert persistent_state_errors(cfg, 0, state([2, 1]), 2)
+    assert persistent_state_errors(cfg, 0, state([2, 2], comb=(2, 3)), 2)

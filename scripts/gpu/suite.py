@@ -3,12 +3,12 @@
 Usage, from the repository root of the GPU machine (carry .debs/ when it has no clang)::
 
     python3 -m scripts.gpu.suite SUITE [--out DIR] [--budget S] [--max-step-s S]
-    python3 -m scripts.gpu.suite exec [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
+    python3 -m scripts.gpu.suite exec [--shared-gpu] [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
 
-SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, t3_persistent, faults, nvshmem,
-multi_gpu, serving, all, tutorials);
-``exec`` runs one command as a one-step suite. Before the steps, ``scripts/gpu/setup.sh`` installs the
-plugin into /tmp/site and provides clang (``--no-setup``: use this environment as it is). Every step
+SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, t3_persistent, t3_trace, faults,
+nvshmem, multi_gpu, serving, all, tutorials); ``exec`` runs one command as a one-step suite (``--shared-gpu``: its
+PEs share GPU 0, as a suite's steps can). Before the steps, ``scripts/gpu/setup.sh`` installs the plugin into
+/tmp/site and provides clang (``--no-setup``: use this environment as it is). Every step
 gets the NVLink-multicast-off variables (``MULTICAST_OFF``: they are set nowhere else), Python fault
 handlers, its suite's variables and its own; steps whose PEs share GPU 0 run with MPS on, started and
 stopped here. A step runs under min(its limit, the budget's time left - 10 s, ``--max-step-s``); one
@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     parser.add_argument("--budget", type=int, help="seconds for the whole run, setup included (default: the suite's)")
     parser.add_argument("--max-step-s", type=int, help="no step runs longer (a short look at where a hang is)")
+    parser.add_argument("--shared-gpu", action="store_true",
+                        help="exec: the command's PEs share GPU 0 (MPS on, TRITON_RAW_SHARED_GPU=1)")
     parser.add_argument("--no-setup", action="store_true", help="use this environment as it is (plugin installed)")
     parser.add_argument("--triton-bundle", type=Path, help="a Triton release packed by pack_bundle.sh")
     parser.add_argument("--nvshmem-bundle", type=Path, help="an NVSHMEM release packed by pack_bundle.sh")
@@ -307,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.suite == "exec":
         if not command:
             parser.error("exec needs a command after --")
-        suite = Suite("exec", [Step("command", tuple(command), args.budget or 540)], budget_s=args.budget or 540)
+        step = Step("command", tuple(command), args.budget or 540, shared_gpu=args.shared_gpu)
+        suite = Suite("exec", [step], budget_s=args.budget or 540)
     else:
         suite = SUITES[args.suite](len(gpus))
     budget = args.budget or suite.budget_s

@@ -269,6 +269,28 @@ def t3_persistent(gpus: int) -> Suite:
     ], budget_s=540, report=_t3_persistent_goals)  # fmt: skip
 
 
+def t3_trace(gpus: int) -> Suite:
+    """Where the persistent MegaMoE call spends its time at world 1 (``trace_persistent``: a traced call
+    per knob set, region by region), bf16 and fp8, the default knobs and those of ``T3_TRACE_BF16`` /
+    ``T3_TRACE_FP8`` (knob sets separated by ``;``), then the persistent impl's check with 2 and 4 PEs
+    sharing the GPU."""
+    trace = ("python3", "-m", f"{T3}.trace_persistent")
+    steps = []
+    for precision, default in (("bf16", "block_m=64 block_n1=64 block_n2=128 num_warps=4"), ("fp8", "num_stages=3")):
+        sets = ["", *os.environ.get(f"T3_TRACE_{precision.upper()}", default).split(";")]
+        configs = [arg for c in sets for arg in ("--config", c.strip())]
+        steps.append(Step(f"trace_{precision}", (*trace, "--precision", precision, *configs, "--json",
+                                                 f"{{dir}}/trace_{precision}.json"), 45 + 30 * len(sets)))  # fmt: skip
+    check = ("--impl", "persistent", "--iters", "3", "--cases", "small", "--json", "{dir}/correct.json")
+    steps += [
+        Step("w2_bf16_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", *check, standalone=False), 85, shared_gpu=True),
+        Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", *check, "--precision", "fp8", standalone=False),
+             85, shared_gpu=True),
+        Step("w4_bf16_shared_gpu_mps", _torchrun(4, f"{T3}.megamoe", *check, standalone=False), 85, shared_gpu=True),
+    ]  # fmt: skip
+    return Suite("t3_trace", steps, budget_s=420)
+
+
 def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
     """Both impls' CUDA-graph rows read back from the benchmarks' JSON, with their share of the dense
     ceiling and the persistent call's goal."""
@@ -476,6 +498,6 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "t3_persistent": t3_persistent, "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu,
+    "t3_persistent": t3_persistent, "t3_trace": t3_trace, "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu,
     "serving": serving, "all": every_one_gpu_suite, "tutorials": tutorials,
 }  # fmt: skip

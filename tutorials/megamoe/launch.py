@@ -36,7 +36,7 @@ class KernelLaunch:
 
     name: str
     fn: Any  # triton JITFunction
-    params: tuple[tuple[str, str], ...]  # (kernel parameter, binding key)
+    params: tuple[tuple[str, str | None], ...]  # (kernel parameter, binding key; None passes None)
     constexprs: dict[str, int] = field(default_factory=dict)
     grid: tuple[int, ...] = (1,)
     num_warps: int = 4
@@ -50,7 +50,7 @@ class KernelLaunch:
 
     def arguments(self, bindings: dict[str, Any]) -> list[Any]:
         """The kernel's runtime arguments, in order, from a call's ``bindings`` (key -> tensor or integer)."""
-        return [bindings[key] for _, key in self.params]
+        return [None if key is None else bindings[key] for _, key in self.params]
 
 
 def install_descriptor_scratch(device: Any) -> None:

@@ -115,6 +115,10 @@ LAYOUT_DONE = tl.constexpr(3)
 DISPATCH_DONE = tl.constexpr(4)
 COMB_DONE = tl.constexpr(5)
 SCHED_FIXED = 5  # words before COMB_DONE's
+# A traced launch's row per item: when a program took it, when its wait ended (GEMM items; else 0),
+# when it finished (%globaltimer ns), and the SM that ran it.
+TRACE_FIELDS = ("start_ns", "ready_ns", "end_ns", "sm")
+TRACE_WORDS = tl.constexpr(len(TRACE_FIELDS))
 # What a wait is for, by the index the kernel passes: moe-device.cu's moe_wait_names, in the same order
 # (the report of an expired wait prints the name).
 WAIT_NAMES = (
@@ -211,7 +215,7 @@ def moe_persistent(
     comb_flag_sym,
     slot_ptr, recv_x, recv_ids, recv_w, recv_n, layout_ptr, sorted_row, inv_pos,
     a_src, h_ptr, h_op, y_pair, staging, sched_ptr, epoch_ptr, w1_op, w2_op,
-    T, me, wait_ms, item_begin, item_end,
+    T, me, wait_ms, item_begin, item_end, trace_ptr,
     xs_sym, recv_xs, a_scale, hs_ptr, w1s_ptr, w2s_ptr,
     H: tl.constexpr, INTER: tl.constexpr, E: tl.constexpr, E_P2: tl.constexpr, K: tl.constexpr,
     K_P2: tl.constexpr, E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr, W_P2: tl.constexpr,
@@ -222,13 +226,14 @@ def moe_persistent(
     DISPATCH_ROWS: tl.constexpr, COMBINE_ROWS: tl.constexpr, REDUCE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_HR: tl.constexpr, PLAN_START: tl.constexpr, LAYOUT_START: tl.constexpr, DISPATCH_START: tl.constexpr,
     L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
-    N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr,
+    N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr, TRACE: tl.constexpr,
 ):  # fmt: skip
     """One call of the layer on this rank: every program takes items until none is left (module
     docstring). bf16 passes None for the fp8 scale buffers (the last six). ``a_src`` / ``a_scale`` are the
     L1's A rows (x, or x_sym + x_scale in fp8, at world 1; the received rows at world > 1); ``h_op`` /
     ``w1_op`` / ``w2_op`` are tensor descriptors where TMA_H / TMA_W1 / TMA_W2, else the tensors;
-    ``staging`` is y at world 1 (the combine writes it)."""
+    ``staging`` is y at world 1 (the combine writes it). TRACE: each item writes its row of ``trace_ptr``
+    (:data:`TRACE_FIELDS`, %globaltimer ns and %smid); else ``trace_ptr`` is None."""
     N1: tl.constexpr = INTER // BLOCK_N1
     N2: tl.constexpr = H // BLOCK_N2
     LANDED: tl.constexpr = COMB_DONE + WORLD  # per M tile: its pairs placed (rows landed)
@@ -238,6 +243,8 @@ def moe_persistent(
     item = item_begin + tl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed")
     while item < item_end:
         following = item_begin + tl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed")
+        if TRACE:
+            started = _globaltimer()
         if item < PLAN_START:
             _route_item(item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, sched_ptr, H, E, E_P2, K, K_P2,
                         FP8, COPY_X, ROUTE_TOKENS, ROUTE_COLS)  # fmt: skip
@@ -263,6 +270,8 @@ def moe_persistent(
                 expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2, BLOCK_M)
                 landed = tl.minimum(row_end - row0, BLOCK_M)
                 row0 += moe_wait_count(sched_ptr + LANDED + pid_m, landed, WAIT_LANDED, me, wait_ms)
+                if TRACE:
+                    tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
                 if FP8:
                     _l1_tile_fp8(a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end,
                                  pid_n, H, INTER, BLOCK_M, TMA_W1)  # fmt: skip
@@ -279,6 +288,8 @@ def moe_persistent(
                 pid_m, pid_n = _tile_of(idx, n_mt, N2, GROUP_M)
                 expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2, BLOCK_M)
                 row0 += moe_wait_count(sched_ptr + L1_DONE + pid_m, N1, WAIT_L1, me, wait_ms)
+                if TRACE:
+                    tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
                 if FP8:
                     _l2_tile_fp8(h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H, INTER,
                                  BLOCK_M, BLOCK_N2, TMA_W2, TMA_H)  # fmt: skip
@@ -294,12 +305,29 @@ def moe_persistent(
         else:
             _reduce_item(item - REDUCE_START, T, me, epoch, wait_ms, comb_sym, comb_flag_sym, slot_ptr, y_ptr, H,
                          WORLD, W_P2, T_MAX, REDUCE_ROWS, BLOCK_HR)  # fmt: skip
+        if TRACE:
+            _trace_item(trace_ptr + item * TRACE_WORDS, started)
         item = following
     if tl.atomic_add(sched_ptr + EXITED, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
         s = tl.arange(0, SCHED_P2)  # every other program has left the loop: reset for the next call
         tl.store(sched_ptr + s, tl.zeros_like(s), mask=s < SCHED_WORDS)
         if item_end == N_ITEMS:
             tl.store(epoch_ptr, epoch)
+
+
+@triton.jit
+def _globaltimer():
+    """The GPU's nanosecond clock (%globaltimer: one time base for every SM)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _trace_item(row, started):
+    """Write an item's trace row (:data:`TRACE_FIELDS`; ``ready`` was written by a GEMM item's wait)."""
+    smid = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+    tl.store(row, started)
+    tl.store(row + 2, _globaltimer())
+    tl.store(row + 3, smid.to(tl.int64))
 
 
 @triton.jit

@@ -18,7 +18,7 @@ from typing import Any
 
 from .config import FP8_BLOCK, MoEConfig, next_pow2
 from .launch import KernelLaunch, row_block
-from .persistent import Schedule, cdiv, moe_persistent
+from .persistent import TRACE_FIELDS, Schedule, cdiv, moe_persistent
 
 PLAN_ELEMENTS = 8192  # a plan step holds tokens x top-k x local experts of them in registers
 
@@ -34,7 +34,8 @@ class PersistentConfig:
     L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads; L1's A rows
     are always a gather). ``programs``: the grid (0: the GPU's SMs divided by the PEs sharing it). Small
     items: ``route_tokens`` x ``route_cols`` per route item, ``dispatch_rows``, ``combine_rows`` and
-    ``reduce_rows`` per item of those regions (powers of two).
+    ``reduce_rows`` per item of those regions (powers of two). ``trace``: every item records when it ran
+    and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
     """
 
     block_m: int = 64
@@ -53,6 +54,7 @@ class PersistentConfig:
     dispatch_rows: int = 8
     combine_rows: int = 4
     reduce_rows: int = 4
+    trace: bool = False
 
 
 def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
@@ -132,6 +134,8 @@ def persistent_buffers(
         ("sched", (sch.sched_words,), "int32"),  # the kernel's work counters, zero between calls
         ("call_epoch", (1,), "int64"),  # calls this rank has run
     ]
+    if pc.trace:
+        local.append(("trace", (sch.starts()["N_ITEMS"], len(TRACE_FIELDS)), "int64"))
     return symmetric, local
 
 
@@ -205,7 +209,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         ("h_op", "h_desc" if pc.tma_h else "h"), ("y_pair", "y_pair"), ("staging", "y" if world_one else "staging"),
         ("sched_ptr", "sched"), ("epoch_ptr", "call_epoch"), ("w1_op", "w1_desc" if pc.tma_w1 else weight1),
         ("w2_op", "w2_desc" if pc.tma_w2 else weight2), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
-        ("item_begin", "item_begin"), ("item_end", "item_end"),
+        ("item_begin", "item_begin"), ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
     ]  # fmt: skip
     scales: dict[str, Any] = {}
     if fp8:
@@ -226,7 +230,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         PLAN_TOKENS=max(16, min(128, next_pow2(cfg.max_tokens), PLAN_ELEMENTS // (k_p2 * el_p2))),
         DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows, REDUCE_ROWS=pc.reduce_rows,
         BLOCK_H=row_block(cfg.hidden, 1024 // k_p2 * 4), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
-        **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words),
+        **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,

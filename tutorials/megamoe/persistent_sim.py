@@ -258,7 +258,7 @@ def check(world: int, precision: str, routing: str, pc: PersistentConfig, progra
     tokens = [x.shape[0] for x in last_xs]
     for r in range(world):
         errors += [f"rank {r}: {m}" for m in plan_errors(cfg, r, bufs[r], ids_all, tokens, "persistent")]
-        errors += [f"rank {r}: {m}" for m in persistent_state_errors(cfg, bufs[r], calls)]
+        errors += [f"rank {r}: {m}" for m in persistent_state_errors(cfg, r, bufs[r], calls)]
     return errors
 
 

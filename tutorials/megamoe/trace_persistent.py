@@ -1,0 +1,143 @@
+"""Where a persistent MegaMoE call spends its time: one traced call per knob set, region by region.
+
+With ``PersistentConfig.trace`` every work item writes when a program took it, when its wait ended (GEMM
+items), when it finished (%globaltimer) and its SM (``persistent.TRACE_FIELDS``). :func:`summarize` turns
+those rows into a per-region table: items run, when the region's first item started and its last
+ended (us from the call's first item), the items' busy time, the part of it spent waiting (GEMM
+items), the mean and longest item; and the call's span and how busy its programs were. ``main``
+builds a traced layer per ``--config`` at world 1 (the production per-rank load by default), times it
+(median of ``triton.testing.do_bench``, eager, so the trace's own stores are in the time) and prints
+the table of its last call::
+
+    python -m tutorials.megamoe.trace_persistent --precision bf16 --config "" --config "block_m=64 num_warps=4"
+
+JSON to ``--json`` (one entry per config). Needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .persistent import TRACE_FIELDS, Schedule
+from .persistent_launch import PersistentConfig
+
+START, READY, END, SM = range(len(TRACE_FIELDS))
+
+
+def summarize(trace: np.ndarray, schedule: Schedule) -> dict:
+    """Per-region timing of one traced call from its ``trace`` rows ([N_ITEMS, len(TRACE_FIELDS)] int64,
+    zero for items not run: the GEMM items past the call's M tiles). Times in us from the call's first
+    item; ``busy_us`` sums the items' durations, ``wait_us`` the part before their wait ended."""
+    ran = trace[:, END] > 0
+    if not ran.any():
+        raise ValueError("summarize: no item of the trace ran (was the layer built with trace=True?)")
+    t0, t_end = trace[ran, START].min(), trace[ran, END].max()
+    starts = schedule.starts()
+    bounds = [0, *(starts[f"{r.upper()}_START"] for r in Schedule.REGIONS[1:]), starts["N_ITEMS"]]
+    regions = {}
+    for name, lo, hi in zip(Schedule.REGIONS, bounds, bounds[1:], strict=False):
+        rows = trace[lo:hi][ran[lo:hi]]
+        if not len(rows):
+            continue
+        took = (rows[:, END] - rows[:, START]) / 1e3
+        waited = np.where(rows[:, READY] > 0, rows[:, READY] - rows[:, START], 0) / 1e3
+        regions[name] = {
+            "items": int(len(rows)),
+            "first_start_us": float((rows[:, START].min() - t0) / 1e3),
+            "last_end_us": float((rows[:, END].max() - t0) / 1e3),
+            "busy_us": float(took.sum()),
+            "wait_us": float(waited.sum()),
+            "mean_item_us": float(took.mean()),
+            "max_item_us": float(took.max()),
+        }
+    span_us = float((t_end - t0) / 1e3)
+    sms = int(len(np.unique(trace[ran, SM])))
+    busy = sum(r["busy_us"] for r in regions.values())
+    return {"span_us": span_us, "sms": sms, "busy_fraction": busy / (span_us * sms), "regions": regions}
+
+
+def format_summary(summary: dict) -> list[str]:
+    """The table of :func:`summarize`'s result, a line per region."""
+    lines = [f"call span {summary['span_us']:.1f} us on {summary['sms']} SMs, items busy "
+             f"{summary['busy_fraction']:.0%} of that",
+             f"{'region':<9} {'items':>6} {'first us':>9} {'last us':>9} {'busy us':>10} {'waiting':>8} "
+             f"{'mean us':>8} {'max us':>8}"]  # fmt: skip
+    for name, r in summary["regions"].items():
+        waiting = r["wait_us"] / r["busy_us"] if r["busy_us"] else 0.0
+        lines.append(f"{name:<9} {r['items']:6d} {r['first_start_us']:9.1f} {r['last_end_us']:9.1f} "
+                     f"{r['busy_us']:10.1f} {waiting:8.0%} {r['mean_item_us']:8.2f} "
+                     f"{r['max_item_us']:8.2f}")  # fmt: skip
+    return lines
+
+
+def _config(text: str) -> dict[str, object]:
+    """``"name=value name=value"`` as PersistentConfig overrides (ints; true/false for booleans)."""
+    fields = {f.name: f.type for f in dataclasses.fields(PersistentConfig)}
+    out: dict[str, object] = {}
+    for pair in text.split():
+        name, _, value = pair.partition("=")
+        if name not in fields or name == "trace" or not value:
+            raise SystemExit(f"--config {text!r}: use NAME=VALUE pairs, NAME one of {sorted(set(fields) - {'trace'})}")
+        out[name] = value.lower() in ("1", "true", "yes") if fields[name] in (bool, "bool") else int(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    import triton
+
+    from ..common.run_metadata import run_metadata
+    from .config import MoEConfig
+    from .megamoe import MegaMoE, make_inputs, make_weights
+    from .persistent_launch import choose_persistent, schedule
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
+    parser.add_argument("--routing", default="random", choices=["random", "skewed"])
+    parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
+                        metavar=("H", "I", "E", "K", "T"))  # fmt: skip
+    parser.add_argument("--config", action="append", default=None,
+                        help='PersistentConfig overrides, e.g. "block_m=64 num_warps=4" ("" = the defaults)')
+    parser.add_argument("--rep-ms", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    from triton_raw_ext import runtime as rt
+
+    rt.init()
+    if rt.n_pes() != 1:
+        raise SystemExit("trace_persistent runs at world 1 (one process)")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    h, i, e, k, t = args.shape
+    cfg = MoEConfig(h, i, e, k, t, 1, args.precision)
+    w1, w2 = make_weights(h, i, e, 5, dev)
+    x, logits = make_inputs(t, h, e, args.routing == "skewed", 100, dev)
+    results = []
+    for text in args.config or [""]:
+        pc = dataclasses.replace(choose_persistent(cfg), **_config(text), trace=True)
+        layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent", persistent=pc)
+        y = torch.empty_like(x)
+        ms = triton.testing.do_bench(lambda layer=layer, y=y: layer(x, logits, out=y), rep=args.rep_ms)
+        layer.local["trace"].zero_()
+        layer(x, logits, out=y)
+        torch.cuda.synchronize()
+        summary = summarize(layer.local["trace"].cpu().numpy(), schedule(cfg, pc))
+        results.append({"config": dataclasses.asdict(pc), "eager_us": ms * 1e3, **summary})
+        print(f"== {args.precision} {args.routing} [{text or 'defaults'}]: {ms * 1e3:.1f} us per eager call")
+        print("\n".join(format_summary(summary)), flush=True)
+        layer.close()
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        meta = {**run_metadata(), "precision": args.precision, "routing": args.routing, "shape": args.shape}
+        args.json.write_text(json.dumps({**meta, "configs": results}, indent=1))
+    rt.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
