@@ -88,7 +88,7 @@ def test_schedule_regions_and_slices():
     assert two.route == 16 * 4 and two.reduce == 512 // pc.reduce_rows  # world > 1 copies x's columns
     assert two.slices() == [(0, s2["LAYOUT_START"]), (s2["LAYOUT_START"], s2["REDUCE_START"]),
                             (s2["REDUCE_START"], s2["N_ITEMS"])]  # fmt: skip
-    assert two.sched_words == persistent.SCHED_FIXED + 2 + 3 * two.m_tiles
+    assert two.sched_words == persistent.SCHED_FIXED + 2 + two.experts + 2 + 3 * two.m_tiles
     fp8 = schedule(dataclasses.replace(PRODUCTION, precision="fp8"), choose_persistent(
         dataclasses.replace(PRODUCTION, precision="fp8")))  # fmt: skip
     assert fp8.route == 16 * 4  # fp8 quantizes x's columns at world 1 too

@@ -83,7 +83,7 @@ def _topk_rows(
     BLOCK_T: tl.constexpr,
 ):
     """Top-k ids (ties -> lower id) and softmax weights of the BLOCK_T tokens ``rows`` (int64; ``mask_t``:
-    which are tokens) into ids_sym/w_sym."""
+    which are tokens) into ids_sym/w_sym; returns the ids [BLOCK_T, K_P2]."""
     e = tl.arange(0, E_P2)
     kk = tl.arange(0, K_P2)
     lg = tl.load(
@@ -105,6 +105,7 @@ def _topk_rows(
     mk = mask_t[:, None] & (kk[None, :] < K)
     tl.store(ids_sym + rows[:, None] * K + kk[None, :], ids, mask=mk)
     tl.store(w_sym + rows[:, None] * K + kk[None, :], p, mask=mk)
+    return ids
 
 
 @triton.jit

@@ -13,11 +13,13 @@ Work items, in hand-out order (:class:`Schedule` gives the regions):
 region      one item                                   waits for (then releases)
 ==========  =========================================  ============================================
 route       ROUTE_TOKENS tokens x ROUTE_COLS columns:  nothing (route_done)
-            top-k + softmax (column chunk 0), x copied
+            top-k + softmax and the tokens' plan by
+            atomic counters (column chunk 0): slots in
+            each rank's send list, each pair's rank
+            among the pairs to its expert; x copied
             (bf16, world > 1) or quantized (fp8)
-plan        one destination rank r: its send list,     every route item (a signal to r: plan flag)
-            slots, and the rank of each pair among the
-            pairs it sends to its expert on r
+plan        one destination rank r: its send count     every route item (a signal to r: plan flag)
+            and pairs per expert (the counters)
 layout      this rank's pair layout: rows per source,  every rank's plan for this rank (flags)
             pairs per expert, M tiles (then signals     (layout_done)
             "nothing to combine" to sources without
@@ -106,8 +108,9 @@ def moe_signal(flag_sym, value, pe): ...
 
 
 QBLOCK = tl.constexpr(FP8_BLOCK)
-# Words of ``sched`` (int32, zero between calls); COMB_DONE has one word per source rank, then
-# come the per-M-tile counters (Schedule.sched_words).
+# Words of ``sched`` (int32, zero between calls); COMB_DONE has one word per source rank, then come
+# the pair count per expert, the token count per destination and the per-M-tile counters
+# (Schedule.sched_words).
 NEXT = tl.constexpr(0)  # the next item, relative to item_begin
 EXITED = tl.constexpr(1)  # programs that left the item loop
 ROUTE_DONE = tl.constexpr(2)
@@ -147,6 +150,7 @@ class Schedule:
     sizes; the GEMM regions count every M tile any routing can make (``m_tiles``)."""
 
     world: int
+    experts: int
     local_experts_p2: int
     m_tiles: int
     route: int
@@ -169,8 +173,9 @@ class Schedule:
         w, t = cfg.world, cfg.max_tokens
         m_tiles = max_m_tiles(cfg.pair_capacity, cfg.local_experts, block_m)
         return cls(
-            world=w, local_experts_p2=next_pow2(cfg.local_experts), m_tiles=m_tiles, route=route_items, plan=w,
-            layout=1, dispatch=w * cdiv(t, dispatch_rows), l1=m_tiles * n1_tiles, l2=m_tiles * n2_tiles,
+            world=w, experts=cfg.num_experts, local_experts_p2=next_pow2(cfg.local_experts), m_tiles=m_tiles,
+            route=route_items, plan=w, layout=1, dispatch=w * cdiv(t, dispatch_rows), l1=m_tiles * n1_tiles,
+            l2=m_tiles * n2_tiles,
             combine=w * cdiv(t, combine_rows), reduce=cdiv(t, reduce_rows) if w > 1 else 0,
         )  # fmt: skip
 
@@ -194,9 +199,9 @@ class Schedule:
 
     @property
     def sched_words(self) -> int:
-        """Length of ``sched``: the fixed counters, combine items done per source, then rows landed, L1
-        tiles done and L2 tiles done per M tile."""
-        return SCHED_FIXED + self.world + 3 * self.m_tiles
+        """Length of ``sched``: the fixed counters, combine items done per source, pairs per expert, tokens
+        per destination, then rows landed, L1 tiles done and L2 tiles done per M tile."""
+        return SCHED_FIXED + self.world + self.experts + self.world + 3 * self.m_tiles
 
     @property
     def layout_words(self) -> int:
@@ -222,7 +227,7 @@ def moe_persistent(
     T_MAX: tl.constexpr, FP8: tl.constexpr, COPY_X: tl.constexpr, PULL: tl.constexpr, PUSH: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, M_TILES: tl.constexpr, TMA_W1: tl.constexpr, TMA_W2: tl.constexpr,
-    TMA_H: tl.constexpr, ROUTE_TOKENS: tl.constexpr, ROUTE_COLS: tl.constexpr, PLAN_TOKENS: tl.constexpr,
+    TMA_H: tl.constexpr, ROUTE_TOKENS: tl.constexpr, ROUTE_COLS: tl.constexpr,
     DISPATCH_ROWS: tl.constexpr, COMBINE_ROWS: tl.constexpr, REDUCE_ROWS: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_HR: tl.constexpr, PLAN_START: tl.constexpr, LAYOUT_START: tl.constexpr, DISPATCH_START: tl.constexpr,
     L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
@@ -236,7 +241,9 @@ def moe_persistent(
     (:data:`TRACE_FIELDS`, %globaltimer ns and %smid); else ``trace_ptr`` is None."""
     N1: tl.constexpr = INTER // BLOCK_N1
     N2: tl.constexpr = H // BLOCK_N2
-    LANDED: tl.constexpr = COMB_DONE + WORLD  # per M tile: its pairs placed (rows landed)
+    PAIR_COUNT: tl.constexpr = COMB_DONE + WORLD  # per expert: this call's pairs to it so far (route items)
+    SENT_COUNT: tl.constexpr = PAIR_COUNT + E  # per destination rank: tokens planned for it so far
+    LANDED: tl.constexpr = SENT_COUNT + WORLD  # per M tile: its pairs placed (rows landed)
     L1_DONE: tl.constexpr = LANDED + M_TILES  # per M tile: its L1 tiles done
     L2_DONE: tl.constexpr = L1_DONE + M_TILES  # per M tile: its L2 tiles done
     epoch = tl.load(epoch_ptr) + 1  # this call's; the last program stores it (item_end == N_ITEMS)
@@ -246,12 +253,12 @@ def moe_persistent(
         if TRACE:
             started = _globaltimer()
         if item < PLAN_START:
-            _route_item(item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, sched_ptr, H, E, E_P2, K, K_P2,
-                        FP8, COPY_X, ROUTE_TOKENS, ROUTE_COLS)  # fmt: skip
+            _route_item(item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, rank_sym, slot_ptr, send_idx_sym,
+                        sched_ptr, sched_ptr + PAIR_COUNT, sched_ptr + SENT_COUNT, H, E, E_P2, K, K_P2, E_LOC, WORLD,
+                        W_P2, T_MAX, FP8, COPY_X, ROUTE_TOKENS, ROUTE_COLS)  # fmt: skip
         elif item < LAYOUT_START:
-            _plan_item(item - PLAN_START, T, me, epoch, wait_ms, ids_sym, rank_sym, slot_ptr, send_idx_sym,
-                       send_count_sym, send_pairs_sym, plan_flag_sym, sched_ptr, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
-                       PLAN_TOKENS, PLAN_START)  # fmt: skip
+            _plan_item(item - PLAN_START, me, epoch, wait_ms, send_count_sym, send_pairs_sym, plan_flag_sym,
+                       sched_ptr, sched_ptr + PAIR_COUNT, sched_ptr + SENT_COUNT, E_LOC, EL_P2, PLAN_START)  # fmt: skip
         elif item < DISPATCH_START:
             _layout_item(me, epoch, wait_ms, send_count_sym, send_pairs_sym, plan_flag_sym, comb_flag_sym, recv_n,
                          layout_ptr, sched_ptr, E_LOC, EL_P2, WORLD, W_P2, BLOCK_M, PUSH)  # fmt: skip
@@ -346,12 +353,14 @@ def _m_tiles(layout_ptr, sched_ptr, me, wait_ms):
 
 @triton.jit
 def _route_item(
-    item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, sched_ptr, H: tl.constexpr, E: tl.constexpr,
-    E_P2: tl.constexpr, K: tl.constexpr, K_P2: tl.constexpr, FP8: tl.constexpr, COPY_X: tl.constexpr,
-    ROUTE_TOKENS: tl.constexpr, ROUTE_COLS: tl.constexpr,
+    item, T, logits_ptr, x_ptr, x_sym, xs_sym, ids_sym, w_sym, rank_sym, slot_ptr, send_idx_sym, sched_ptr,
+    pair_count, sent_count, H: tl.constexpr, E: tl.constexpr, E_P2: tl.constexpr, K: tl.constexpr,
+    K_P2: tl.constexpr, E_LOC: tl.constexpr, WORLD: tl.constexpr, W_P2: tl.constexpr, T_MAX: tl.constexpr,
+    FP8: tl.constexpr, COPY_X: tl.constexpr, ROUTE_TOKENS: tl.constexpr, ROUTE_COLS: tl.constexpr,
 ):  # fmt: skip
     """Tokens [tb * ROUTE_TOKENS, +ROUTE_TOKENS) x columns [ch * ROUTE_COLS, +ROUTE_COLS): chunk 0 routes
-    them; fp8 quantizes the columns into x_sym + x_scale, bf16 with COPY_X copies them into x_sym."""
+    them and plans their pairs (:func:`_plan_rows`); fp8 quantizes the columns into x_sym + x_scale, bf16
+    with COPY_X copies them into x_sym."""
     CHUNKS: tl.constexpr = H // ROUTE_COLS if (FP8 or COPY_X) else 1
     tb = item // CHUNKS
     ch = item % CHUNKS
@@ -360,7 +369,9 @@ def _route_item(
     mask_t = offs_t < T
     if tb * ROUTE_TOKENS < T:
         if ch == 0:
-            _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
+            ids = _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
+            _plan_rows(ids, offs_t, mask_t, rank_sym, slot_ptr, send_idx_sym, pair_count, sent_count, K, K_P2, E_LOC,
+                       WORLD, W_P2, T_MAX)  # fmt: skip
         if FP8:
             cc = tl.arange(0, QBLOCK)
             for cb in range(0, ROUTE_COLS // QBLOCK):
@@ -378,39 +389,41 @@ def _route_item(
 
 
 @triton.jit
-def _plan_item(
-    r, T, me, epoch, wait_ms, ids_sym, rank_sym, slot_ptr, send_idx_sym, send_count_sym, send_pairs_sym,
-    plan_flag_sym, sched_ptr, K: tl.constexpr, K_P2: tl.constexpr, E_LOC: tl.constexpr, EL_P2: tl.constexpr,
-    WORLD: tl.constexpr, T_MAX: tl.constexpr, PLAN_TOKENS: tl.constexpr, N_ROUTE: tl.constexpr,
+def _plan_rows(
+    ids, offs_t, mask_t, rank_sym, slot_ptr, send_idx_sym, pair_count, sent_count, K: tl.constexpr,
+    K_P2: tl.constexpr, E_LOC: tl.constexpr, WORLD: tl.constexpr, W_P2: tl.constexpr, T_MAX: tl.constexpr,
 ):  # fmt: skip
-    """Destination rank r: the tokens it gets (each once, in token order = slot order) into send_idx[r]
-    and send_count[r], their slots into slot[:, r]; for each pair (t, k) whose expert lives on r, its
-    rank among this rank's pairs for that expert into rank_sym[t, k], the pairs per expert into
-    send_pairs[r]. Then raises this rank's plan flag on r."""
-    zero = moe_wait_count(sched_ptr + ROUTE_DONE, N_ROUTE, WAIT_ROUTE, me, wait_ms)
+    """The plan of the tokens ``offs_t`` with top-k ids ``ids``, by atomic counters (zero at the call's
+    start): each pair's rank among this rank's pairs for its expert (``pair_count[e]``) into rank_sym,
+    and for each destination rank r the token's slot in r's send list (``sent_count[r]``; -1 when no
+    pair goes to r) into slot[:, r], the token into send_idx[r, slot]. Positions follow the order the
+    atomics land in, not token order: every reader goes through these lists, and a GEMM row's result
+    does not depend on which rows share its tile."""
     kk = tl.arange(0, K_P2)
+    valid = mask_t[:, None] & (kk[None, :] < K)
+    rank = tl.atomic_add(pair_count + ids, tl.full(ids.shape, 1, tl.int32), mask=valid, sem="relaxed")
+    tl.store(rank_sym + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
+    ww = tl.arange(0, W_P2)
+    goes = (ids // E_LOC)[:, :, None] == ww[None, None, :]  # [tokens, k, destination]
+    sent = tl.max((goes & valid[:, :, None]).to(tl.int32), axis=1) > 0
+    dest = ww[None, :] + tl.zeros_like(offs_t)[:, None]
+    slot = tl.atomic_add(sent_count + dest, tl.full(dest.shape, 1, tl.int32), mask=sent, sem="relaxed")
+    tl.store(slot_ptr + offs_t[:, None] * WORLD + dest, tl.where(sent, slot, -1), mask=mask_t[:, None] & (dest < WORLD))
+    tl.store(send_idx_sym + dest * T_MAX + slot, offs_t[:, None], mask=sent)
+
+
+@triton.jit
+def _plan_item(
+    r, me, epoch, wait_ms, send_count_sym, send_pairs_sym, plan_flag_sym, sched_ptr, pair_count, sent_count,
+    E_LOC: tl.constexpr, EL_P2: tl.constexpr, N_ROUTE: tl.constexpr,
+):  # fmt: skip
+    """Destination rank r, once every route item is done: the tokens it gets and the pairs per expert it
+    gets (the route items' counters) into send_count[r] and send_pairs[r]. Then raises this rank's plan
+    flag on r."""
+    zero = moe_wait_count(sched_ptr + ROUTE_DONE, N_ROUTE, WAIT_ROUTE, me, wait_ms)
     ee = tl.arange(0, EL_P2)
-    base = tl.zeros([], dtype=tl.int32)
-    per_expert = tl.zeros([EL_P2], dtype=tl.int32)
-    for t0 in range(0, T_MAX, PLAN_TOKENS):  # static bound; tokens past T are masked
-        offs_t = t0 + zero + tl.arange(0, PLAN_TOKENS)
-        mask_t = offs_t < T
-        valid = mask_t[:, None] & (kk[None, :] < K)
-        ids = tl.load(ids_sym + offs_t[:, None] * K + kk[None, :], mask=valid, other=-1, cache_modifier=".cg")
-        e = ids - r * E_LOC
-        hit = valid & (e >= 0) & (e < E_LOC)
-        sent = tl.max(hit.to(tl.int32), axis=1)
-        slot = base + tl.cumsum(sent, axis=0) - 1
-        tl.store(slot_ptr + offs_t * WORLD + r, tl.where(sent > 0, slot, -1), mask=mask_t)
-        tl.store(send_idx_sym + r * T_MAX + slot, offs_t, mask=mask_t & (sent > 0))
-        match = hit[:, :, None] & (e[:, :, None] == ee[None, None, :])  # [tokens, k, local expert]
-        onehot = tl.sum(match.to(tl.int32), axis=1)  # a token has each expert at most once
-        before = per_expert[None, :] + tl.cumsum(onehot, axis=0) - onehot
-        rank = tl.sum(tl.where(match, before[:, None, :], 0), axis=2)
-        tl.store(rank_sym + offs_t[:, None] * K + kk[None, :], rank, mask=hit)
-        per_expert += tl.sum(onehot, axis=0)
-        base += tl.sum(sent, axis=0)
-    tl.store(send_count_sym + r, base)
+    per_expert = tl.load(pair_count + r * E_LOC + ee + zero, mask=ee < E_LOC, other=0, cache_modifier=".cg")
+    tl.store(send_count_sym + r, tl.load(sent_count + r + zero, cache_modifier=".cg"))
     tl.store(send_pairs_sym + r * E_LOC + ee, per_expert, mask=ee < E_LOC)
     moe_signal(plan_flag_sym + me, epoch, r)
 
@@ -698,21 +711,25 @@ def _combine_item(
         tl.debug_barrier()
         moe_wait_each(l2_done_ptr + tile, tl.where(pos >= 0, N2, 0), WAIT_L2, me, wait_ms)
         tl.debug_barrier()  # every thread's waits before any thread's y_pair loads
+        # The rows side by side and the K pairs unrolled: each step issues K independent loads of
+        # [COMBINE_ROWS, BLOCK_H] (latency, not bandwidth, bounds a few rows) and sums in registers.
+        w = tl.load(recv_w + at, mask=mk, other=0.0, cache_modifier=".cg")
         cols = tl.arange(0, BLOCK_H)
-        for j in range(0, COMBINE_ROWS):
-            slot = slot0 + j
-            if slot < n:
-                row = (src * T_MAX + slot).to(tl.int64)
-                p = tl.load(inv_pos + row * K + kk, mask=kk < K, other=-1, cache_modifier=".cg")
-                w = tl.load(recv_w + row * K + kk, mask=kk < K, other=0.0, cache_modifier=".cg")
-                for h0 in range(0, H, BLOCK_H):
-                    v = tl.load(y_pair + p.to(tl.int64)[:, None] * H + h0 + cols[None, :], mask=(p >= 0)[:, None],
-                                other=0.0, cache_modifier=".cg")  # fmt: skip
-                    acc = tl.sum(v.to(tl.float32) * w[:, None], axis=0)
-                    tl.store(staging + row * H + h0 + cols, acc.to(tl.bfloat16))
-                if PUSH:
+        for h0 in range(0, H, BLOCK_H):
+            acc = tl.zeros([COMBINE_ROWS, BLOCK_H], dtype=tl.float32)
+            for k in tl.static_range(K):
+                p_k = tl.sum(tl.where(kk[None, :] == k, pos, 0), axis=1)
+                w_k = tl.sum(tl.where(kk[None, :] == k, w, 0.0), axis=1)
+                v = tl.load(y_pair + p_k.to(tl.int64)[:, None] * H + h0 + cols[None, :], mask=(p_k >= 0)[:, None],
+                            other=0.0, cache_modifier=".cg")  # fmt: skip
+                acc += v.to(tl.float32) * w_k[:, None]
+            tl.store(staging + rows[:, None] * H + h0 + cols[None, :], acc.to(tl.bfloat16), mask=live[:, None])
+        if PUSH:  # moe_push starts with a CTA barrier: every thread's staging stores are in
+            for j in range(0, COMBINE_ROWS):
+                slot = slot0 + j
+                if slot < n:
+                    row = (src * T_MAX + slot).to(tl.int64)
                     moe_push(comb_sym + (me * T_MAX + slot).to(tl.int64) * H, staging + row * H, H * 2, src)
-        if PUSH:
             tl.debug_barrier()  # every thread's pushes before the count
             done = tl.atomic_add(sched_ptr + COMB_DONE + src, 1, sem="acq_rel", scope="gpu")
             if done == (n + COMBINE_ROWS - 1) // COMBINE_ROWS - 1:

@@ -20,8 +20,6 @@ from .config import FP8_BLOCK, MoEConfig, next_pow2
 from .launch import KernelLaunch, row_block
 from .persistent import TRACE_FIELDS, Schedule, cdiv, moe_persistent
 
-PLAN_ELEMENTS = 8192  # a plan step holds tokens x top-k x local experts of them in registers
-
 
 @dataclass(frozen=True)
 class PersistentConfig:
@@ -227,9 +225,8 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         BLOCK_N1=pc.block_n1, BLOCK_N2=pc.block_n2, BLOCK_K=pc.block_k, GROUP_M=pc.group_m, M_TILES=sch.m_tiles,
         TMA_W1=pc.tma_w1, TMA_W2=pc.tma_w2, TMA_H=pc.tma_h, ROUTE_TOKENS=pc.route_tokens,
         ROUTE_COLS=_route_cols(cfg, pc),
-        PLAN_TOKENS=max(16, min(128, next_pow2(cfg.max_tokens), PLAN_ELEMENTS // (k_p2 * el_p2))),
         DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows, REDUCE_ROWS=pc.reduce_rows,
-        BLOCK_H=row_block(cfg.hidden, 1024 // k_p2 * 4), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
+        BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
     )  # fmt: skip
     return KernelLaunch(
