@@ -91,7 +91,7 @@ def test_schedule_regions_and_slices():
     assert two.sched_words == persistent.SCHED_FIXED + 2 + two.experts + 2 + 3 * two.m_tiles
     fp8 = schedule(dataclasses.replace(PRODUCTION, precision="fp8"), choose_persistent(
         dataclasses.replace(PRODUCTION, precision="fp8")))  # fmt: skip
-    assert fp8.route == 16 * 4  # fp8 quantizes x's columns at world 1 too
+    assert fp8.route == 512 // 16 * 4  # fp8 quantizes x's columns at world 1 too (16-token items)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
@@ -175,6 +175,7 @@ def test_default_knobs():
     persistent_launch(MoEConfig(256, 192, 4, 4, 33), small, 8)  # fits the shape
     fp8 = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"))
     assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (64, 128, 256, 128, 4)
+    assert fp8.route_tokens == 16
 
 
 def test_wait_names_are_the_device_table():

@@ -398,18 +398,25 @@ def _plan_rows(
     and for each destination rank r the token's slot in r's send list (``sent_count[r]``; -1 when no
     pair goes to r) into slot[:, r], the token into send_idx[r, slot]. Positions follow the order the
     atomics land in, not token order: every reader goes through these lists, and a GEMM row's result
-    does not depend on which rows share its tile."""
+    does not depend on which rows share its tile. World 1 is the exception: L1 gathers its rows from x
+    by received row, so the slot of token t is t."""
     kk = tl.arange(0, K_P2)
     valid = mask_t[:, None] & (kk[None, :] < K)
     rank = tl.atomic_add(pair_count + ids, tl.full(ids.shape, 1, tl.int32), mask=valid, sem="relaxed")
     tl.store(rank_sym + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
-    ww = tl.arange(0, W_P2)
-    goes = (ids // E_LOC)[:, :, None] == ww[None, None, :]  # [tokens, k, destination]
-    sent = tl.max((goes & valid[:, :, None]).to(tl.int32), axis=1) > 0
-    dest = ww[None, :] + tl.zeros_like(offs_t)[:, None]
-    slot = tl.atomic_add(sent_count + dest, tl.full(dest.shape, 1, tl.int32), mask=sent, sem="relaxed")
-    tl.store(slot_ptr + offs_t[:, None] * WORLD + dest, tl.where(sent, slot, -1), mask=mask_t[:, None] & (dest < WORLD))
-    tl.store(send_idx_sym + dest * T_MAX + slot, offs_t[:, None], mask=sent)
+    if WORLD == 1:  # every token goes to this rank, whose L1 reads x itself: a token's slot is the token
+        tl.store(slot_ptr + offs_t, offs_t, mask=mask_t)
+        tl.store(send_idx_sym + offs_t, offs_t, mask=mask_t)
+        tl.atomic_add(sent_count, tl.sum(mask_t.to(tl.int32), axis=0), sem="relaxed")
+    else:
+        ww = tl.arange(0, W_P2)
+        goes = (ids // E_LOC)[:, :, None] == ww[None, None, :]  # [tokens, k, destination]
+        sent = tl.max((goes & valid[:, :, None]).to(tl.int32), axis=1) > 0
+        dest = ww[None, :] + tl.zeros_like(offs_t)[:, None]
+        slot = tl.atomic_add(sent_count + dest, tl.full(dest.shape, 1, tl.int32), mask=sent, sem="relaxed")
+        in_world = mask_t[:, None] & (dest < WORLD)
+        tl.store(slot_ptr + offs_t[:, None] * WORLD + dest, tl.where(sent, slot, -1), mask=in_world)
+        tl.store(send_idx_sym + dest * T_MAX + slot, offs_t[:, None], mask=sent)
 
 
 @triton.jit

@@ -58,13 +58,14 @@ class PersistentConfig:
 def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
     """Defaults for layer ``cfg``. fp8: 64-row tiles, N 128 per gate/up half in L1 and 256 in L2, 8 warps
     (the tiles of ``choose_tiles_fp8`` that ptxas keeps out of local memory), 4 stages, weights through
-    TMA. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1 and 128 x 256 L2 tiles, K 64,
-    8 warps, 3 stages, L1's weights through TMA (faster than pointers on the H200, where L2's were not);
-    fewer pairs: 64-row tiles and 4 warps."""
+    TMA, 16 tokens per route item. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1
+    and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
+    the H200, where L2's were not); fewer pairs: 64-row tiles and 4 warps."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
-    if cfg.precision == "fp8":
-        return PersistentConfig(block_n2=256 if h % 256 == 0 else FP8_BLOCK, num_stages=4 if rows > 96 else 3)
+    if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
+        return PersistentConfig(block_n2=256 if h % 256 == 0 else FP8_BLOCK, num_stages=4 if rows > 96 else 3,
+                                route_tokens=16)  # fmt: skip
     block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
     if rows > 96:
         return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
