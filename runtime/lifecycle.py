@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from triton_raw_ext import wait_reports
 from triton_raw_ext.errors import RawRuntimeError
 
 from . import heap
@@ -393,4 +394,5 @@ def _finalize_at_exit() -> None:
         sys.stderr.flush()
         if isinstance(exc, TeardownTimeout):
             # The teardown thread is blocked inside NVSHMEM; C-level exit handlers could block on it.
+            wait_reports.print_pending()
             os._exit(TEARDOWN_TIMEOUT_EXIT_CODE)

@@ -20,6 +20,8 @@ import traceback
 from types import TracebackType
 from typing import Any
 
+from triton_raw_ext import wait_reports
+
 PEER_FAILED_EXIT_CODE = 86
 ABORT_KEY = "abort"
 
@@ -89,6 +91,7 @@ class PeerWatchdog:
                 self._die(reason)
 
     def _die(self, reason: str) -> None:
+        wait_reports.print_pending()  # os._exit skips atexit: a wait of this PE that expired says so first
         sys.stderr.write(
             f"triton_raw_ext.runtime: PE {self._rank} of {self._size} is ending this process (exit "
             f"{PEER_FAILED_EXIT_CODE}) because another PE failed: {reason}. NVSHMEM work cannot continue "

@@ -166,6 +166,8 @@ _BRANCH = re.compile(r"^\s*(@!?%?\w+\s+)?bra(?:\.uni)?\s+([$\w]+);")
 _REGISTER = re.compile(r"%[a-zA-Z]+\d+")
 _INSTRUCTION = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.]*)\s+([^;]*);")
 RECORD_POINTER = "triton_raw_wait_record_ptr"  # <triton_raw/bounded_wait.h>'s report of an expired wait
+# The header's word that says who writes the report; its name is uniqued per .cu (a static).
+_REPORT_STATE = re.compile(r"\[\w*triton_raw_wait_report_state\]")
 
 
 def entry_lines(ptx: str) -> list[str]:
@@ -249,6 +251,29 @@ def _derivations(lines: list[str]) -> dict[str, set[str]]:
     return roots
 
 
+def assert_no_trap_before_the_report(ptx: str) -> None:
+    """A thread whose wait expired cannot end the kernel before the report is written: on every path
+    from a claim of the report (an atomic on the header's report state) to a ``trap``, the thread
+    stores that state (the one that claimed it: written) or reads it (any other: it waits for the
+    writer). A trap on another path would end the kernel, the writer's stores to host memory with it."""
+    blocks, succ = entry_cfg(ptx)
+    claims = [(b, i) for b, block in enumerate(blocks) for i, ln in enumerate(block)
+              if re.match(r"\s*(@!?%\w+\s+)?atom\.", ln) and _REPORT_STATE.search(ln)]  # fmt: skip
+    assert claims, "no thread claims the report with an atomic on the report state"
+    for block, line in claims:
+        seen: set[int] = set()
+        todo = [(block, line + 1)]
+        while todo:
+            b, first = todo.pop()
+            for ln in blocks[b][first:]:
+                if _REPORT_STATE.search(ln) and re.match(r"\s*(@!?%\w+\s+)?(ld|st)\.", ln):
+                    break
+                assert not re.match(r"\s*trap;", ln), f"an expired wait traps before the report is written (block {b})"
+            else:
+                todo.extend((s, 0) for s in succ[b] - seen)
+                seen |= succ[b]
+
+
 def assert_bounded_wait(ptx: str, timeout: str | int) -> None:
     """The kernel waits through ``<triton_raw/bounded_wait.h>``: its .entry function compares a
     %globaltimer difference with the bound derived from ``timeout`` (the PTX name of the kernel's
@@ -256,7 +281,7 @@ def assert_bounded_wait(ptx: str, timeout: str | int) -> None:
     without reading the clock or trapping (the flags already up); the wait makes no call (a call makes
     ptxas serialise wgmma; only NVSHMEM's own proxy paths may call); the expired path reads
     ``triton_raw_wait_record_ptr``, writes the record with a system-scope fence before its ``ready``
-    word, and traps."""
+    word, and traps, no thread before the report is written (:func:`assert_no_trap_before_the_report`)."""
     lines = entry_lines(ptx)
     roots = _derivations(lines)
     bound = {f"{timeout}"} if isinstance(timeout, str) else {str(timeout * 1_000_000), str(timeout * 1_000_000 + 1)}
@@ -285,6 +310,7 @@ def assert_bounded_wait(ptx: str, timeout: str | int) -> None:
     assert re.search(r"fence\.sc\.sys|membar\.sys", body) and re.search(r"^\s*trap;", body, re.MULTILINE)
     assert re.search(rf"^\.visible \.global \.align 8 \.u64 {RECORD_POINTER};", ptx, re.MULTILINE), \
         "the record pointer is not defined for cuModuleGetGlobal"
+    assert_no_trap_before_the_report(ptx)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -74,10 +74,11 @@ def test_comm_kernels_link_nvshmem_and_order_their_reads(algo, world, push):
     assert set(compiled.metadata.raw_nvshmem) == PROTOCOL_NVSHMEM[push]
     assert not [f for f in re.findall(r"\.extern \.func[^;]*", ptx) if "nvshmem" in f]  # all linked
     assert "nvshmemi_device_state_d" in ptx
-    assert re.search(r"ld\.volatile\.global[\w.]*\.v4", ptx)  # landing rows: volatile, 16-byte
+    landing = re.compile(r"ld\.volatile\.global[\w.]*\.v4")  # landing rows: volatile, 16-byte
+    assert landing.search(ptx)
     body = "\n".join(entry_lines(ptx))
     spin = body.index("ld.volatile.b64")  # wait_ge's first look at a signal word
-    assert body.index("membar.gl", spin) < body.index("ld.volatile.global", spin)  # its acquire fence
+    assert body.index("membar.gl", spin) < landing.search(body, spin).start()  # its acquire fence
     assert_bounded_wait(ptx, entry_param(ptx, list(src.signature).index("wait_ms")))
 
 

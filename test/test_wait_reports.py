@@ -1,13 +1,16 @@
 """triton_raw_ext.wait_reports on CPU: the record's layout against bounded_wait.h, the pointer's
-definition in a kernel's LLVM IR, and the line a filled record prints (once). The device side is
-checked in the PTX of every kernel that waits (conftest.assert_bounded_wait); a wait that expires on
-the GPU is scripts/gpu/peer_fault.py's."""
+definition in a kernel's LLVM IR, and the line a filled record prints (once; also when the runtime
+ends the process with os._exit). The device side is checked in the PTX of every kernel that waits
+(conftest.assert_bounded_wait); a wait that expires on the GPU is scripts/gpu/peer_fault.py's."""
 
 from __future__ import annotations
 
 import ctypes
 import re
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 from triton_raw_ext import wait_reports
 from triton_raw_ext.cu_compiler import INCLUDE_DIR
@@ -55,3 +58,31 @@ def test_the_report_is_printed_once_and_only_when_ready(capsys):
     reporter.record.ready = 1
     assert reporter.report() and reporter.report()
     assert capsys.readouterr().err.count("triton_raw_ext: PE 1 waited 5000 ms for PE 0") == 1
+
+
+# A PE whose watchdog ends it (os._exit, no atexit) right after one of its waits filled the record.
+_ENDED_BY_WATCHDOG = """
+import threading, time
+import torch.distributed as dist
+from triton_raw_ext import wait_reports
+from triton_raw_ext.runtime.watchdog import PeerWatchdog
+from test_wait_reports import _record
+
+reporter = object.__new__(wait_reports._Reporter)  # the record a trapped kernel filled; no polling thread
+reporter.record, reporter.printed, reporter.lock = _record(ready=1), False, threading.Lock()
+wait_reports._reporter = reporter
+store = dist.HashStore()
+PeerWatchdog(store, "job", rank=1, size=2, poll_s=0.01).start()
+PeerWatchdog(store, "job", rank=0, size=2).post_abort("raised RuntimeError")
+time.sleep(30)
+"""
+
+
+def test_a_pending_report_is_printed_before_the_watchdog_ends_the_process():
+    from triton_raw_ext.runtime import PEER_FAILED_EXIT_CODE
+
+    done = subprocess.run([sys.executable, "-c", _ENDED_BY_WATCHDOG], cwd=Path(__file__).parent, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == PEER_FAILED_EXIT_CODE, done.stderr
+    report = done.stderr.find("triton_raw_ext: PE 1 waited 5000 ms for PE 0: allreduce signal")
+    assert 0 <= report < done.stderr.index("is ending this process"), done.stderr

@@ -7,7 +7,8 @@ defines it (null) in the kernel's LLVM IR. When such a kernel's module is loaded
 mapped into the GPUs (``cuMemHostAlloc``, portable and device-mapped), so the host can read it after
 the kernel has trapped and the context is lost. The first expired wait of a kernel fills the record,
 then traps; a daemon thread started with the record prints it as one line on stderr within
-``POLL_S`` (and at exit, if the process ends first). One report per process: the first expired wait
+``POLL_S``, and so do :mod:`atexit` and :func:`print_pending` (which code that ends the process with
+``os._exit`` calls first) if the process ends sooner. One report per process: the first expired wait
 is the cause, later ones its consequences.
 """
 
@@ -88,6 +89,13 @@ _reporter_lock = threading.Lock()
 def _check(status: int, what: str) -> None:
     if status != CUDA_SUCCESS:
         raise RuntimeError(f"triton_raw_ext: {what} failed with CUDA error {status}")
+
+
+def print_pending() -> None:
+    """Print this process's report now if a kernel has filled it and it is not printed yet; nothing
+    otherwise. For code about to end the process without :mod:`atexit` (``os._exit``)."""
+    if _reporter is not None:
+        _reporter.report()
 
 
 def point_module_at_record(cuda: ctypes.CDLL, module: int) -> None:

@@ -20,6 +20,8 @@
  * (triton_raw_wait_record_ptr, set by the plugin when it loads the kernel), which the plugin prints
  * from the host as one line:
  *   triton_raw_ext: PE <me> waited <ms> ms for PE <peer>: <what> at <address> is <seen>, expected >= <expected> ...
+ * Other threads whose waits expire meanwhile (every thread of a program that waits together) trap only
+ * once that report is written, at most TRITON_RAW_WAIT_REPORT_NS (100 ms) later: a trap ends the kernel.
  * The report is written inline, with no call: a call in a kernel makes ptxas serialise the kernel's
  * wgmma instructions (C7510), so a device printf would slow every GEMM that waits. Kernels take
  * `timeout_ms` as an argument from the host: triton_raw_ext.knobs.wait_timeout_ms() reads
@@ -48,8 +50,13 @@ struct triton_raw_wait_record {
 };
 static_assert(sizeof(struct triton_raw_wait_record) == 120, "wait_reports.WaitRecord has this layout");
 extern "C" __device__ struct triton_raw_wait_record *triton_raw_wait_record_ptr;
-/* Set by the first thread whose wait expires: one report per loaded kernel. */
-static __device__ unsigned int triton_raw_wait_reported;
+/* Who reports the expired waits of a loaded kernel: the first expired thread claims the report
+   (WRITING), fills the record and publishes it (WRITTEN). Any thread's trap ends the whole kernel, so
+   the other expired threads trap only once it is written (or after TRITON_RAW_WAIT_REPORT_NS), else a
+   block whose threads all wait would end before its report reaches the host. */
+enum { TRITON_RAW_REPORT_NONE, TRITON_RAW_REPORT_WRITING, TRITON_RAW_REPORT_WRITTEN };
+#define TRITON_RAW_WAIT_REPORT_NS 100000000ull
+static __device__ unsigned int triton_raw_wait_report_state;
 
 enum { TRITON_RAW_ACQUIRE_LOAD_SYS, TRITON_RAW_ACQUIRE_FENCE_GPU };
 
@@ -80,23 +87,34 @@ template <typename T>
 static __device__ __forceinline__ void triton_raw_wait_expired(const T *flag, T expected, T seen, const char *what,
                                                                int me, int peer, unsigned long long waited_ns) {
   volatile struct triton_raw_wait_record *record = triton_raw_wait_record_ptr;
-  // One report per process: a record already filled (by another kernel) is the cause, left as it is.
-  if (record != 0 && record->ready == 0u && atomicExch(&triton_raw_wait_reported, 1u) == 0u) {
-    record->me = me;
-    record->peer = peer;
-    record->is_signed = (T)-1 < (T)0;
-    record->block = blockIdx.x;
-    record->thread = threadIdx.x;
-    record->waited_ns = waited_ns;
-    record->flag = (unsigned long long)flag;
-    record->seen = (long long)seen;
-    record->expected = (long long)expected;
-    unsigned int i = 0;
-    for (; i + 1 < sizeof(record->what) && what[i] != 0; ++i) record->what[i] = what[i];
-    record->what[i] = 0;
-    __threadfence_system();
-    record->ready = 1u;
-    __threadfence_system();
+  volatile unsigned int *state = &triton_raw_wait_report_state;
+  if (record != 0) {  // null: loaded without the plugin's module hook, nowhere to report
+    if (atomicCAS(&triton_raw_wait_report_state, TRITON_RAW_REPORT_NONE, TRITON_RAW_REPORT_WRITING) ==
+        TRITON_RAW_REPORT_NONE) {
+      // One report per process: a record already filled (by another kernel) is the cause, left as it is.
+      if (record->ready == 0u) {
+        record->me = me;
+        record->peer = peer;
+        record->is_signed = (T)-1 < (T)0;
+        record->block = blockIdx.x;
+        record->thread = threadIdx.x;
+        record->waited_ns = waited_ns;
+        record->flag = (unsigned long long)flag;
+        record->seen = (long long)seen;
+        record->expected = (long long)expected;
+        unsigned int i = 0;
+        for (; i + 1 < sizeof(record->what) && what[i] != 0; ++i) record->what[i] = what[i];
+        record->what[i] = 0;
+        __threadfence_system();
+        record->ready = 1u;
+        __threadfence_system();
+      }
+      *state = TRITON_RAW_REPORT_WRITTEN;
+    } else {
+      const unsigned long long since = triton_raw_globaltimer_ns();
+      while (*state != TRITON_RAW_REPORT_WRITTEN && triton_raw_globaltimer_ns() - since < TRITON_RAW_WAIT_REPORT_NS)
+        __nanosleep(1000);
+    }
   }
   asm volatile("trap;");
 }
