@@ -1,4 +1,4 @@
-"""bench.host_cost: the goal verdicts from its rows, and a clean skip without a GPU."""
+"""bench.host_cost: the goal verdicts from its rows, and a clean skip without a GPU; bench.op_dispatch_cost runs."""
 
 from __future__ import annotations
 
@@ -34,3 +34,15 @@ def test_without_gpu_it_says_so_and_writes_nothing(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "out")]) == 0
     assert "no CUDA GPU visible; nothing measured" in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
+
+
+def test_op_dispatch_cost_times_both_registrations_of_the_same_op(tmp_path):
+    import json
+
+    from bench.op_dispatch_cost import main as dispatch_main
+
+    assert dispatch_main(["--calls", "200", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "op_dispatch_cost.json").read_text())
+    assert set(result["median_us"]) == {"python function", "custom_op", "Library"}
+    assert all(len(r) == 5 and min(r) > 0 for r in result["rounds_us"].values())
+    assert "date" in result and "versions" in result

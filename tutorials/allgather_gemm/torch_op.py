@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..common import op_registry
+from ..common.custom_ops import define_cuda_op
 
 if TYPE_CHECKING:
     from .allgather_gemm import AllGatherGEMM
 
 
-@torch.library.custom_op("triton_raw_ext::allgather_gemm", mutates_args=(), device_types="cuda")
-def allgather_gemm(a: torch.Tensor, b: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+def _allgather_gemm(a: torch.Tensor, b: torch.Tensor, world: int, handle: int) -> torch.Tensor:
     """AllGather(a) @ b over the operator's ranks."""
     op = op_registry.lookup(handle)
     if op.world != world:
@@ -29,9 +29,13 @@ def allgather_gemm(a: torch.Tensor, b: torch.Tensor, world: int, handle: int) ->
     return op(a, b)
 
 
-@allgather_gemm.register_fake
 def _allgather_gemm_fake(a: torch.Tensor, b: torch.Tensor, world: int, handle: int) -> torch.Tensor:
     return a.new_empty((world * a.shape[0], b.shape[1]))
+
+
+allgather_gemm = define_cuda_op(
+    "allgather_gemm(Tensor a, Tensor b, int world, int handle) -> Tensor", _allgather_gemm, _allgather_gemm_fake
+)
 
 
 class AllGatherGEMMModule(torch.nn.Module):

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..common import op_registry
+from ..common.custom_ops import define_cuda_op
 
 if TYPE_CHECKING:
     from .allreduce_rmsnorm import AllReduceRMSNorm
 
 
-@torch.library.custom_op("triton_raw_ext::allreduce_rmsnorm", mutates_args=("residual",), device_types="cuda")
-def allreduce_rmsnorm(
+def _allreduce_rmsnorm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, handle: int
 ) -> torch.Tensor:
     """RMSNorm(AllReduce(x) + residual) * weight; ``residual`` becomes AllReduce(x) + residual."""
@@ -30,11 +30,16 @@ def allreduce_rmsnorm(
     return norm_out
 
 
-@allreduce_rmsnorm.register_fake
 def _allreduce_rmsnorm_fake(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, handle: int
 ) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+allreduce_rmsnorm = define_cuda_op(
+    "allreduce_rmsnorm(Tensor x, Tensor(a!) residual, Tensor weight, float eps, int handle) -> Tensor",
+    _allreduce_rmsnorm, _allreduce_rmsnorm_fake,
+)  # fmt: skip
 
 
 class AllReduceRMSNormModule(torch.nn.Module):

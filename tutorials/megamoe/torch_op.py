@@ -13,20 +13,22 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..common import op_registry
+from ..common.custom_ops import define_cuda_op
 
 if TYPE_CHECKING:
     from .megamoe import MegaMoE
 
 
-@torch.library.custom_op("triton_raw_ext::megamoe", mutates_args=(), device_types="cuda")
-def megamoe(x: torch.Tensor, logits: torch.Tensor, handle: int) -> torch.Tensor:
+def _megamoe(x: torch.Tensor, logits: torch.Tensor, handle: int) -> torch.Tensor:
     """y [T, H] bf16 for this rank's tokens x [T, H] and router logits [T, E]."""
     return op_registry.lookup(handle)(x, logits)
 
 
-@megamoe.register_fake
 def _megamoe_fake(x: torch.Tensor, logits: torch.Tensor, handle: int) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+megamoe = define_cuda_op("megamoe(Tensor x, Tensor logits, int handle) -> Tensor", _megamoe, _megamoe_fake)
 
 
 class MegaMoEModule(torch.nn.Module):
