@@ -4,8 +4,9 @@
 [world * a.shape[0], b.shape[1]] from the operator registered under ``handle``
 (``AllGatherGEMM(...).handle``). ``world`` is the operator's and is an argument so that the fake
 implementation knows the output's rows from the arguments alone. Nothing is written in place (the
-workspace is the operator's own). At world > 1 the op refuses CUDA-graph capture
-(``allgather_gemm.refuse_graph_capture``): compile it without graphs there.
+workspace is the operator's own). It captures into a CUDA graph at every world size with
+``push="auto"`` or ``"sm"`` (a captured call takes the SM-driven push, whose epoch is on the device);
+``push="copy_engine"`` refuses capture at world > 1 with a RuntimeError.
 """
 
 from __future__ import annotations
