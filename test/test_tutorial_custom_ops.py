@@ -107,6 +107,75 @@ def test_closed_handle_is_refused():
     assert op_registry.register(op) > handle  # handles are never reused
 
 
+class _CPUStandIns:
+    """Operators that compute each op's result with torch on CPU tensors (world 1), registered under
+    handles as the real ones are, so that the ops' own implementations run on CPU."""
+
+    class AllReduceRMSNorm:
+        def __call__(self, x, residual, weight, eps, out):
+            norm_out, residual_out = out
+            residual_out.add_(x)
+            norm_out.copy_(torch.nn.functional.rms_norm(residual_out.float(), (x.shape[1],), weight.float(), eps))
+
+    class AllGatherGEMM:
+        world = 1
+
+        def __call__(self, a, b):
+            return a @ b
+
+    class MegaMoE:
+        def __call__(self, x, logits):
+            return (x.float() * logits.float().softmax(-1).amax(-1, keepdim=True)).to(x.dtype)
+
+
+@pytest.fixture
+def ops_on_cpu():
+    """The three ops' own implementations also registered for CPU tensors, over the stand-ins (removed
+    afterwards: the ops are CUDA-only)."""
+    from tutorials.allgather_gemm import torch_op as t2
+    from tutorials.allreduce_rmsnorm import torch_op as t1
+    from tutorials.megamoe import torch_op as t3
+
+    lib = torch.library.Library("triton_raw_ext", "IMPL")
+    lib.impl("allreduce_rmsnorm", t1._allreduce_rmsnorm, "CPU")
+    lib.impl("allgather_gemm", t2._allgather_gemm, "CPU")
+    lib.impl("megamoe", t3._megamoe, "CPU")
+    ops = {"allreduce_rmsnorm": _CPUStandIns.AllReduceRMSNorm(), "allgather_gemm": _CPUStandIns.AllGatherGEMM(),
+           "megamoe": _CPUStandIns.MegaMoE()}  # fmt: skip
+    handles = {name: op_registry.register(op) for name, op in ops.items()}
+    torch._dynamo.reset()
+    yield handles
+    for handle in handles.values():
+        op_registry.unregister(handle)
+    lib._destroy()
+    torch._dynamo.reset()
+
+
+def test_inductor_compiles_each_op_and_matches_eager_on_cpu(ops_on_cpu):
+    """torch.compile(fullgraph=True) with inductor (the default backend) of each module, on CPU tensors
+    through the stand-ins: the compiled module returns what the eager one does and writes the same
+    residual in place (the op's schema marks it written, so inductor keeps the write)."""
+    g = torch.Generator().manual_seed(0)
+    x, residual = (torch.randn(16, 256, generator=g).to(BF16) for _ in range(2))
+    weight = torch.randn(256, generator=g).to(BF16)
+    handles = ops_on_cpu
+    norm = AllReduceRMSNormModule(types.SimpleNamespace(handle=handles["allreduce_rmsnorm"]), weight, 1e-6)
+    gemm = AllGatherGEMMModule(types.SimpleNamespace(handle=handles["allgather_gemm"], world=1),
+                               torch.randn(256, 64, generator=g).to(BF16))  # fmt: skip
+    moe = MegaMoEModule(types.SimpleNamespace(handle=handles["megamoe"]))
+    logits = torch.randn(16, 8, generator=g)
+    for module, inputs in ((norm, (x, residual)), (gemm, (x,)), (moe, (x, logits))):
+        eager_inputs = [t.clone() for t in inputs]
+        compiled_inputs = [t.clone() for t in inputs]
+        want = module(*eager_inputs)
+        got = torch.compile(module, fullgraph=True)(*compiled_inputs)
+        assert torch.equal(got, want)
+        for a, b in zip(compiled_inputs, eager_inputs, strict=True):
+            assert torch.equal(a, b)
+        if module is norm:
+            assert not torch.equal(compiled_inputs[1], residual), "the compiled module wrote the residual"
+
+
 def assert_compiled_matches_eager(module: torch.nn.Module, *inputs: torch.Tensor) -> None:
     """Eager module vs torch.compile(fullgraph=True) of it, bit for bit, on copies of the same inputs
     (copies: an op may write its inputs in place)."""
