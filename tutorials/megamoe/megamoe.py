@@ -43,6 +43,7 @@ import torch
 from triton_raw_ext.knobs import wait_timeout_ms
 
 from ..common import op_registry
+from ..common.bound_launch import BoundLaunch
 from ..common.ranks import every_rank
 from .config import (
     FP8_BLOCK,
@@ -65,6 +66,8 @@ from .persistent_launch import (
 from .quant import expert_weights, quantize_rows
 
 IMPLS = ("launches", "persistent")  # one call as 7-8 launches (and barriers), or as one persistent launch
+# The binding keys that change from call to call (call_bindings); every other binding is the layer's own
+PER_CALL_KEYS = ("logits", "x", "y", "T")
 
 TORCH_DTYPES = {  # the buffer dtype names of config.MoEConfig
     "bfloat16": torch.bfloat16,
@@ -165,6 +168,7 @@ class MegaMoE:
         self.impl = impl
         sym_specs, local_specs = self.cfg.symmetric_buffers(), self.cfg.local_buffers()
         self._launches: dict[int, list[KernelLaunch]] = {}
+        self._bound: dict[int, tuple[KernelLaunch, BoundLaunch]] = {}  # by id of the launch, kept alive here
         self.weights = expert_weights(w1, w2, precision)
         if impl == "persistent":
             self.tiles = None
@@ -223,8 +227,16 @@ class MegaMoE:
         return {**call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms), **self._extras}
 
     def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
-        launch.fn[launch.grid](*launch.arguments(bindings), **launch.constexprs, num_warps=launch.num_warps,
-                               num_stages=launch.num_stages)  # fmt: skip
+        """Launch ``launch`` with ``bindings``: bound at its first launch (``BoundLaunch``: Triton's
+        per-launch binding costs more host time than the launch), then only the per-call bindings change."""
+        varying = [key for _, key in launch.params if key in PER_CALL_KEYS]
+        entry = self._bound.get(id(launch))
+        if entry is None:
+            kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
+            names = [name for name, key in launch.params if key in PER_CALL_KEYS]
+            bound = BoundLaunch(launch.fn, launch.grid, launch.arguments(bindings), kwargs, names)
+            entry = self._bound[id(launch)] = (launch, bound)
+        entry[1].launch(*(bindings[key] for key in varying))
 
     def __call__(
         self, x: torch.Tensor, logits: torch.Tensor, out: torch.Tensor | None = None
@@ -315,6 +327,7 @@ class MegaMoE:
         self.sym.clear()  # last references: NVSHMEM frees them now, in the same order on every rank
         self.local.clear()
         self._launches.clear()
+        self._bound.clear()
 
     def __enter__(self) -> MegaMoE:
         return self

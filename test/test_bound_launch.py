@@ -1,0 +1,85 @@
+"""tutorials.common.bound_launch: the argument list of a bound launch is the one Triton's binder makes
+for the same call, and a value that would pick another kernel is refused (CPU: meta tensors, sm_90)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.compiler import make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+from tutorials.common.aot import SM90  # noqa: E402
+from tutorials.common.bound_launch import BoundArguments  # noqa: E402
+
+BACKEND = make_backend(SM90)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _kernel(x, desc, n, m, BLOCK: tl.constexpr):
+    pass
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def binder_values(fn, *args, **kwargs) -> tuple[list, list]:
+    bound, specialization, _ = create_function_from_signature(fn.signature, fn.params, BACKEND)(*args, **kwargs)
+    return list(bound.values()), specialization
+
+
+def test_new_values_give_the_binders_arguments_and_specialisation():
+    desc = TensorDescriptor.from_tensor(meta(64, 128), [64, 64])
+    bound = BoundArguments(_kernel, (meta(256), desc, 5, 32), {"BLOCK": 4}, ("x", "desc", "n"), BACKEND)
+    x, other_desc = meta(512), TensorDescriptor.from_tensor(meta(128, 128), [64, 64])
+    got = bound.arguments(x, other_desc, 70000)
+    want, _ = binder_values(_kernel, x, other_desc, 70000, 32, BLOCK=4)
+    assert got == want and got[0] is x and got[1] is other_desc
+    assert bound.arguments(meta(256), desc, 5)[3] == 32  # the fixed argument stays
+
+
+def test_values_that_would_pick_another_kernel_are_refused_naming_the_parameter():
+    desc = TensorDescriptor.from_tensor(meta(64, 128), [64, 64])
+    bound = BoundArguments(_kernel, (meta(256), desc, 5, 32), {"BLOCK": 4}, ("x", "desc", "n"), BACKEND)
+    with pytest.raises(ValueError, match=r"BoundLaunch\(_kernel\): x specialises as"):
+        bound.arguments(meta(256)[1:], desc, 5)  # 2-byte offset: not 16-byte aligned
+    with pytest.raises(ValueError, match=r"x specialises as"):
+        bound.arguments(meta(256, dtype=torch.float16), desc, 5)
+    with pytest.raises(ValueError, match=r"desc specialises as"):
+        bound.arguments(meta(256), TensorDescriptor.from_tensor(meta(64, 128), [32, 64]), 5)
+    with pytest.raises(ValueError, match=r"n specialises as"):
+        bound.arguments(meta(256), desc, 2**40)  # int64, bound as int32
+    with pytest.raises(ValueError, match="3 values expected, got 2"):
+        bound.arguments(meta(256), desc)
+
+
+def test_parameters_that_cannot_vary_are_refused_at_binding():
+    args, kwargs = (meta(256), None, 5, 32), {"BLOCK": 4}
+    with pytest.raises(ValueError, match="integer parameter m varies, but the kernel specialises on it"):
+        BoundArguments(_kernel, args, kwargs, ("m",), BACKEND)
+    with pytest.raises(ValueError, match="BLOCK is constexpr"):
+        BoundArguments(_kernel, args, kwargs, ("BLOCK",), BACKEND)
+    with pytest.raises(ValueError, match="has no parameter 'y'"):
+        BoundArguments(_kernel, args, kwargs, ("y",), BACKEND)
+
+
+def test_every_megamoe_launch_binds_with_its_per_call_arguments_varying():
+    """What MegaMoE._launch binds: each kernel of both impls, bf16 and fp8, world 1 and 2, with x, logits,
+    y and T varying; a call with other tensors and another T gives the binder's arguments."""
+    from tutorials.megamoe import aot
+    from tutorials.megamoe.megamoe import PER_CALL_KEYS, meta_bindings
+
+    for cfg, launch in aot.all_launches():
+        kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
+        names = [name for name, key in launch.params if key in PER_CALL_KEYS]
+        first = meta_bindings(cfg)
+        bound = BoundArguments(launch.fn, launch.arguments(first), kwargs, names, BACKEND)
+        call = {**first, "x": meta(*first["x"].shape), "y": meta(*first["y"].shape),
+                "logits": meta(*first["logits"].shape, dtype=torch.float32), "T": 17}  # fmt: skip
+        got = bound.arguments(*(call[key] for _, key in launch.params if key in PER_CALL_KEYS))
+        want, _ = binder_values(launch.fn, *launch.arguments(call), **kwargs)
+        assert got == want, launch.name

@@ -1,0 +1,97 @@
+"""Launching a loaded kernel again and again without Triton's per-launch argument binding.
+
+``kernel[grid](*args, **kwargs)`` binds every argument, specialises each, builds a cache key and
+looks the kernel up, on every launch: about 45 µs of host time for a kernel with 84 parameters (the
+persistent MegaMoE call) on a 2-core CPU box, more than the launch itself. An op launches the same
+kernel on the same buffers call after call, and only a few arguments change (its inputs, the token
+count).
+
+Contract of :class:`BoundLaunch`: construction compiles and loads the kernel for ``args`` / ``kwargs``
+(``triton_raw_ext.preload``) and keeps the argument list Triton's binder makes from them. A launch
+takes new values for the ``varying`` parameters only, in that order; every other argument is the
+object given at construction. Each new value is specialised by Triton's own function and must give
+what the bound value gave (same dtype and 16-byte alignment for a tensor, same block shape and dtype
+for a tensor descriptor, same integer type for an integer the kernel does not specialise): then the
+kernel Triton would pick is the bound one, and the launch goes through the same ``CompiledKernel.run``
+call as Triton's, on the current stream, with Triton's launch hooks. Otherwise it raises ValueError
+naming the parameter. A varying integer the kernel specialises (not in ``do_not_specialize``) is
+refused at construction: its value would pick the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from triton import knobs
+from triton._C.libtriton import native_specialize_impl
+from triton.compiler import make_backend
+from triton.runtime.driver import driver
+from triton.runtime.jit import create_function_from_signature
+
+from triton_raw_ext import preload
+
+
+class BoundArguments:
+    """The argument list Triton's binder makes for ``fn(*args, **kwargs)`` (``backend``: the target's),
+    with new values for the ``varying`` parameters checked as the module docstring says."""
+
+    def __init__(self, fn: Any, args: Sequence[Any], kwargs: dict[str, Any], varying: Sequence[str],
+                 backend: Any) -> None:  # fmt: skip
+        bind = create_function_from_signature(fn.signature, fn.params, backend)
+        bound, specialization, _ = bind(*args, **kwargs)
+        names = list(bound)
+        self.name = fn.__name__
+        self.values = list(bound.values())
+        self._backend = backend
+        self._slots = []
+        for name in varying:
+            if name not in names:
+                raise ValueError(f"BoundLaunch: {self.name} has no parameter {name!r}")
+            i = names.index(name)
+            param = fn.params[i]
+            if param.is_constexpr or param.annotation_type:
+                raise ValueError(f"BoundLaunch: {self.name}'s parameter {name} is constexpr or annotated (fixed)")
+            value = self.values[i]
+            if isinstance(value, int) and not isinstance(value, bool) and not param.do_not_specialize:
+                raise ValueError(
+                    f"BoundLaunch: {self.name}'s integer parameter {name} varies, but the kernel specialises on "
+                    f"it; add it to the @triton.jit's do_not_specialize"
+                )
+            flags = (param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment)
+            self._slots.append((i, name, flags, specialization[i]))
+
+    def arguments(self, *values: Any) -> list[Any]:
+        """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
+        if len(values) != len(self._slots):
+            raise ValueError(f"BoundLaunch({self.name}): {len(self._slots)} values expected, got {len(values)}")
+        args = self.values.copy()
+        for (i, name, flags, bound_spec), value in zip(self._slots, values, strict=True):
+            spec = native_specialize_impl(self._backend, value, *flags)
+            if spec != bound_spec:
+                raise ValueError(
+                    f"BoundLaunch({self.name}): {name} specialises as {spec}, not as when bound ({bound_spec}): "
+                    "launch it through the kernel itself, or bind another BoundLaunch for it"
+                )
+            args[i] = value
+        return args
+
+
+class BoundLaunch:
+    """``fn[grid](*args, **kwargs)`` compiled, loaded and bound once; ``launch(*values)`` runs it with new
+    values for the ``varying`` parameters."""
+
+    def __init__(self, fn: Any, grid: Sequence[int], args: Sequence[Any], kwargs: dict[str, Any],
+                 varying: Sequence[str]) -> None:  # fmt: skip
+        self.kernel = preload(fn, *args, grid=tuple(grid), **kwargs)
+        self.grid = (*grid, 1, 1)[:3]
+        self.bound = BoundArguments(fn, args, kwargs, varying, make_backend(driver.active.get_current_target()))
+
+    def launch(self, *values: Any) -> None:
+        """Launch with ``values`` for the varying parameters on the current stream."""
+        args = self.bound.arguments(*values)
+        kernel = self.kernel
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        metadata = kernel.launch_metadata(self.grid, stream, *args)
+        kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, metadata,
+                   knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)  # fmt: skip
