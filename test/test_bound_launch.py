@@ -83,3 +83,37 @@ def test_every_megamoe_launch_binds_with_its_per_call_arguments_varying():
         got = bound.arguments(*(call[key] for _, key in launch.params if key in PER_CALL_KEYS))
         want, _ = binder_values(launch.fn, *launch.arguments(call), **kwargs)
         assert got == want, launch.name
+
+
+def test_allgather_gemm_launches_bind_with_their_per_call_arguments_varying():
+    """What AllGatherGEMM._bound_launch binds: its GEMM (with and without waits) and its SM-push GEMM, with
+    the per-call descriptors, A and epoch varying; a second call's values give the binder's arguments."""
+    from tutorials.allgather_gemm.allgather_gemm import (
+        GEMM_PER_CALL,
+        SM_PUSH_PER_CALL,
+        gemm_launch,
+        sm_push_launch,
+    )
+    from tutorials.allgather_gemm.kernels import ag_gemm_kernel, ag_gemm_sm_push_kernel
+    from tutorials.allgather_gemm.schedule import DEFAULT_CONFIG as cfg
+
+    m, n, k, world = 256, 512, 1024, 2
+    ready, state, workspace = meta(world, dtype=torch.int32), meta(8, dtype=torch.int32), meta(2, world * m, k)
+    buffers = TensorDescriptor.from_tensor(workspace.view(-1, k), [cfg.block_m, cfg.block_k])
+
+    def call(epoch: int) -> dict:
+        a, b, out = meta(m, k), meta(k, n), meta(world * m, n)
+        local = TensorDescriptor.from_tensor(a, [cfg.block_m, cfg.block_k])
+        gemm = gemm_launch(cfg, local, buffers, b, out, ready, epoch=epoch, rank=1, world=world, wait_ms=100,
+                           num_sms=132, wait=True)  # fmt: skip
+        push = sm_push_launch(cfg, local, buffers, b, out, a, workspace, ready, state, rank=1, world=world,
+                              wait_ms=100, num_sms=132)  # fmt: skip
+        return {ag_gemm_kernel: (gemm, GEMM_PER_CALL), ag_gemm_sm_push_kernel: (push, SM_PUSH_PER_CALL)}
+
+    first, second = call(1), call(2)
+    for fn, ((_, args, kwargs), varying) in first.items():
+        bound = BoundArguments(fn, args, kwargs, varying, BACKEND)
+        (_, new_args, _), _ = second[fn]
+        got = bound.arguments(*(new_args[fn.arg_names.index(name)] for name in varying))
+        want, _ = binder_values(fn, *new_args, **kwargs)
+        assert got == want, fn.__name__

@@ -52,6 +52,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from triton_raw_ext.knobs import wait_timeout_ms
 
 from ..common import op_registry
+from ..common.bound_launch import BoundLaunch
 from ..common.ranks import every_rank
 from ..common.timing import SLEEP_CYCLES_PER_US
 from . import reference
@@ -76,6 +77,11 @@ def _distributed_world(group: Any) -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(group), dist.get_world_size(group)
     return 0, 1
+
+
+# The parameters of each kernel that change from call to call; the rest are the operator's own.
+GEMM_PER_CALL = ("local_desc", "gathered_desc", "b_desc", "c_desc", "epoch")
+SM_PUSH_PER_CALL = ("local_desc", "b_desc", "c_desc", "a_ptr")
 
 
 def gemm_launch(
@@ -161,6 +167,7 @@ class AllGatherGEMM:
         self.rank, self.world = _distributed_world(group)
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.epoch = 0
+        self._bound: dict[tuple[Any, ...], BoundLaunch] = {}  # _bound_launch's, by kernel, grid and constexprs
         self.wait_ms = wait_timeout_ms()  # the bound of the kernels' waits on peers' flags
         self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
@@ -244,7 +251,19 @@ class AllGatherGEMM:
         grid, args, kwargs = gemm_launch(self.config, local_desc, gathered_desc, b, out, self.ready, epoch=self.epoch,
                                          rank=self.rank, world=self.world, wait_ms=self.wait_ms,
                                          num_sms=self.num_sms, wait=wait)  # fmt: skip
-        ag_gemm_kernel[grid](*args, **kwargs)
+        self._bound_launch(ag_gemm_kernel, grid, args, kwargs, GEMM_PER_CALL)
+
+    def _bound_launch(self, fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                      varying: tuple[str, ...]) -> None:  # fmt: skip
+        """``fn[grid](*args, **kwargs)`` through a ``BoundLaunch`` kept per kernel, grid and constexprs: the
+        arguments named ``varying`` change from call to call, the others are the operator's own (Triton's
+        per-launch binding would cost more host time than the launch)."""
+        key = (fn, grid, tuple(sorted(kwargs.items())))
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = BoundLaunch(fn, grid, args, kwargs, varying)
+        names = fn.arg_names
+        bound.launch(*(args[names.index(name)] for name in varying))
 
     def _output(self, out: torch.Tensor | None) -> torch.Tensor:
         shape = (self.world * self.m_per_rank, self.n)
@@ -272,7 +291,7 @@ class AllGatherGEMM:
             grid, args, kwargs = sm_push_launch(self.config, local_desc, self._buffers_desc, b, out, a, self.workspace,
                                                 self.ready, self._state, rank=self.rank, world=self.world,
                                                 wait_ms=self.wait_ms, num_sms=self.num_sms)  # fmt: skip
-            ag_gemm_sm_push_kernel[grid](*args, **kwargs)
+            self._bound_launch(ag_gemm_sm_push_kernel, grid, args, kwargs, SM_PUSH_PER_CALL)
             return out
         buf = self._produce(a)
         self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
