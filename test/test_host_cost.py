@@ -1,4 +1,4 @@
-"""bench.host_cost: the goal verdicts from its rows, and a clean skip without a GPU; bench.op_dispatch_cost runs."""
+"""bench.host_cost: the goal verdicts from its rows, and a clean skip without a GPU; the CPU host-cost benches run."""
 
 from __future__ import annotations
 
@@ -46,3 +46,16 @@ def test_op_dispatch_cost_times_both_registrations_of_the_same_op(tmp_path):
     assert set(result["median_us"]) == {"python function", "custom_op", "Library"}
     assert all(len(r) == 5 and min(r) > 0 for r in result["rounds_us"].values())
     assert "date" in result and "versions" in result
+
+
+def test_launch_binding_cost_covers_every_tutorial_launch(tmp_path):
+    import json
+
+    from bench.launch_binding_cost import main as binding_main
+
+    assert binding_main(["--calls", "5", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "launch_binding_cost.json").read_text())["rows"]
+    names = {r["kernel"].split(" ")[0] for r in rows}
+    assert {"moe_persistent", "moe_persistent_fp8", "moe_route", "ag_gemm_kernel", "ag_gemm_sm_push_kernel"} <= names
+    assert all(r["triton_us"] > 0 and r["bound_us"] > 0 and 0 <= r["varying"] < r["parameters"] for r in rows)
+    assert all(r["varying"] > 0 for r in rows if r["kernel"].startswith(("moe_persistent", "ag_gemm")))
