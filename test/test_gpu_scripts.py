@@ -168,11 +168,12 @@ def test_all_runs_every_one_gpu_suite_as_parts(tmp_path):
     assert (tmp_path / "out" / "t1" / "bench_w1.log").is_file()
 
 
-def test_serving_suite_runs_the_example_at_world_1_2_4_within_its_budget():
+def test_serving_suite_runs_the_op_checks_then_the_example_at_world_1_2_4_within_its_budget():
     suite = suites.SUITES["serving"](1)
     steps = suite.steps
-    assert [s.name for s in steps] == ["w1", "w2_shared", "w4_shared"]
-    assert sum(s.timeout_s for s in steps) <= suite.budget_s <= 300
-    assert [s.shared_gpu for s in steps] == [False, True, True]
-    assert all("examples.serving_blocks" in s.command for s in steps)
-    assert "--nproc_per_node=4" in steps[2].command
+    assert [s.name for s in steps] == ["custom_ops", "host_cost", "w1", "w2_shared", "w4_shared"]
+    assert sum(s.timeout_s for s in steps) <= suite.budget_s <= 540
+    assert [s.shared_gpu for s in steps] == [False, False, False, True, True]
+    assert all("examples.serving_blocks" in s.command for s in steps[2:])
+    assert "test/test_tutorial_custom_ops.py" in steps[0].command and "--profile" in steps[1].command
+    assert "--nproc_per_node=4" in steps[4].command

@@ -339,16 +339,22 @@ def nvshmem(gpus: int) -> Suite:
 
 
 def serving(gpus: int) -> Suite:
-    """The serving example (``examples.serving_blocks``): the MLP and MoE blocks of the tutorial ops eager,
-    compiled and as CUDA graphs beside torch.distributed collectives, at world 1 and with 2 and 4 PEs
+    """The tutorial ops as a serving engine uses them: the custom-op GPU tests (compiled == eager), the host
+    cost of each op's eager and ``torch.ops`` call beside the torch op it replaces (with the profile of
+    where it goes), and the serving example (``examples.serving_blocks``: the MLP and MoE blocks eager,
+    compiled and as CUDA graphs beside torch.distributed collectives) at world 1 and with 2 and 4 PEs
     sharing the GPU (about 35 s each with warm caches; the limits leave room for cold ones)."""
     shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo"}
     example = "examples.serving_blocks"
     return Suite("serving", [
+        # -o pythonpath=: the checkout's root stays behind the installed plugin on sys.path (setup.sh)
+        Step("custom_ops", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "pythonpath=",
+                            "test/test_tutorial_custom_ops.py"), 75),
+        Step("host_cost", ("python3", "-m", "bench.host_cost", "--profile", "--out", "{dir}"), 60),
         Step("w1", ("python3", "-m", example, "--json", "{dir}/serving.json"), 75),
         Step("w2_shared", _torchrun(2, example, "--json", "{dir}/serving.json"), 75, shared_gpu=True, env=shared),
         Step("w4_shared", _torchrun(4, example, "--json", "{dir}/serving.json"), 90, shared_gpu=True, env=shared),
-    ], budget_s=260)  # fmt: skip
+    ], budget_s=400)  # fmt: skip
 
 
 def every_one_gpu_suite(gpus: int) -> Suite:
