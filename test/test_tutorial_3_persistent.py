@@ -164,6 +164,13 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
         persistent_launch(PRODUCTION, PersistentConfig(block_m=8, block_k=64), 132)
     with pytest.raises(ValueError, match="programs=0 must be >= 1"):
         persistent_launch(PRODUCTION, choose_persistent(PRODUCTION), 0)
+    with pytest.raises(ValueError, match="half_tail needs bf16, tma_h=False"):
+        persistent_launch(fp8, dataclasses.replace(choose_persistent(fp8), half_tail=True), 132)
+    with pytest.raises(ValueError, match="half_tail needs bf16, tma_h=False"):
+        persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_h=True),
+                          132)  # fmt: skip
+    assert persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True),
+                             132).constexprs["HALF_TAIL"] is True  # fmt: skip
 
 
 def test_default_knobs():

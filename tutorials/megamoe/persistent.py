@@ -232,13 +232,15 @@ def moe_persistent(
     BLOCK_HR: tl.constexpr, PLAN_START: tl.constexpr, LAYOUT_START: tl.constexpr, DISPATCH_START: tl.constexpr,
     L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
     N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr, TRACE: tl.constexpr,
+    HALF_TAIL: tl.constexpr,
 ):  # fmt: skip
     """One call of the layer on this rank: every program takes items until none is left (module
     docstring). bf16 passes None for the fp8 scale buffers (the last six). ``a_src`` / ``a_scale`` are the
     L1's A rows (x, or x_sym + x_scale in fp8, at world 1; the received rows at world > 1); ``h_op`` /
     ``w1_op`` / ``w2_op`` are tensor descriptors where TMA_H / TMA_W1 / TMA_W2, else the tensors;
     ``staging`` is y at world 1 (the combine writes it). TRACE: each item writes its row of ``trace_ptr``
-    (:data:`TRACE_FIELDS`, %globaltimer ns and %smid); else ``trace_ptr`` is None."""
+    (:data:`TRACE_FIELDS`, %globaltimer ns and %smid); else ``trace_ptr`` is None. HALF_TAIL (bf16): a
+    GEMM tile with at most BLOCK_M / 2 pairs left in its expert runs as a BLOCK_M / 2-row tile."""
     N1: tl.constexpr = INTER // BLOCK_N1
     N2: tl.constexpr = H // BLOCK_N2
     PAIR_COUNT: tl.constexpr = COMB_DONE + WORLD  # per expert: this call's pairs to it so far (route items)
@@ -282,6 +284,9 @@ def moe_persistent(
                 if FP8:
                     _l1_tile_fp8(a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end,
                                  pid_n, H, INTER, BLOCK_M, TMA_W1)  # fmt: skip
+                elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:  # an expert's last tile, half full or less
+                    _l1_tile_bf16(a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER,
+                                  BLOCK_M // 2, BLOCK_N1, BLOCK_K, TMA_W1)  # fmt: skip
                 else:
                     _l1_tile_bf16(a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER, BLOCK_M,
                                   BLOCK_N1, BLOCK_K, TMA_W1)  # fmt: skip
@@ -300,6 +305,9 @@ def moe_persistent(
                 if FP8:
                     _l2_tile_fp8(h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H, INTER,
                                  BLOCK_M, BLOCK_N2, TMA_W2, TMA_H)  # fmt: skip
+                elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:
+                    _l2_tile_bf16(h_op, w2_op, y_pair, expert, row0, row_end, pid_n, H, INTER, BLOCK_M // 2,
+                                  BLOCK_N2, BLOCK_K, TMA_W2, TMA_H)  # fmt: skip
                 else:
                     _l2_tile_bf16(h_op, w2_op, y_pair, expert, row0, row_end, pid_n, H, INTER, BLOCK_M, BLOCK_N2,
                                   BLOCK_K, TMA_W2, TMA_H)  # fmt: skip

@@ -34,6 +34,8 @@ class PersistentConfig:
     items: ``route_tokens`` x ``route_cols`` per route item, ``dispatch_rows``, ``combine_rows`` and
     ``reduce_rows`` per item of those regions (powers of two). ``trace``: every item records when it ran
     and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
+    ``half_tail`` (bf16, h not through TMA): an expert's last M tile with at most ``block_m / 2`` pairs runs
+    its L1 and L2 tiles at half the rows (random routing leaves many such tiles nearly empty).
     """
 
     block_m: int = 64
@@ -53,6 +55,7 @@ class PersistentConfig:
     combine_rows: int = 4
     reduce_rows: int = 4
     trace: bool = False
+    half_tail: bool = False
 
 
 def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
@@ -93,6 +96,11 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         value = getattr(pc, name)
         if value < 1 or value & (value - 1):
             raise ValueError(f"PersistentConfig.{name}={value} must be a power of two")
+    if pc.half_tail and (cfg.precision == "fp8" or pc.tma_h or pc.block_m < 32):
+        raise ValueError(
+            f"PersistentConfig.half_tail needs bf16, tma_h=False (the h descriptor's box is block_m rows) and "
+            f"block_m >= 32 (tl.dot needs 16 rows), got {cfg.precision}, tma_h={pc.tma_h}, block_m={pc.block_m}"
+        )
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
@@ -229,6 +237,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows, REDUCE_ROWS=pc.reduce_rows,
         BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
+        HALF_TAIL=pc.half_tail,
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,

@@ -170,7 +170,7 @@ SIM_CONFIGS = {
                          combine_rows=2, reduce_rows=4),
         PersistentConfig(block_m=32, block_n1=64, block_n2=128, block_k=64, num_warps=4, num_stages=1, group_m=2,
                          tma_w1=False, tma_w2=True, tma_h=False, route_tokens=16, route_cols=128, dispatch_rows=8,
-                         combine_rows=4, reduce_rows=2),
+                         combine_rows=4, reduce_rows=2, half_tail=True),
     ],
     "fp8": [
         PersistentConfig(block_m=16, block_n2=256, num_warps=4, num_stages=1, group_m=3, tma_w1=True, tma_w2=True,
