@@ -262,8 +262,7 @@ class AllGatherGEMM:
         bound = self._bound.get(key)
         if bound is None:
             bound = self._bound[key] = BoundLaunch(fn, grid, args, kwargs, varying)
-        names = fn.arg_names
-        bound.launch(*(args[names.index(name)] for name in varying))
+        bound.launch_from(args)
 
     def _output(self, out: torch.Tensor | None) -> torch.Tensor:
         shape = (self.world * self.m_per_rank, self.n)

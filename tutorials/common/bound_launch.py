@@ -60,6 +60,7 @@ class BoundArguments:
                 )
             flags = (param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment)
             self._slots.append((i, name, flags, specialization[i]))
+        self.positions = tuple(i for i, _, _, _ in self._slots)  # of the varying parameters, in fn's order
 
     def arguments(self, *values: Any) -> list[Any]:
         """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
@@ -86,6 +87,11 @@ class BoundLaunch:
         self.kernel = preload(fn, *args, grid=tuple(grid), **kwargs)
         self.grid = (*grid, 1, 1)[:3]
         self.bound = BoundArguments(fn, args, kwargs, varying, make_backend(driver.active.get_current_target()))
+
+    def launch_from(self, args: Sequence[Any]) -> None:
+        """Launch with the varying parameters' values taken from ``args``, a whole positional argument list
+        of ``fn`` (its other values are not read: the bound ones are used)."""
+        self.launch(*(args[i] for i in self.bound.positions))
 
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""

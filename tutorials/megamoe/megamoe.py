@@ -168,7 +168,8 @@ class MegaMoE:
         self.impl = impl
         sym_specs, local_specs = self.cfg.symmetric_buffers(), self.cfg.local_buffers()
         self._launches: dict[int, list[KernelLaunch]] = {}
-        self._bound: dict[int, tuple[KernelLaunch, BoundLaunch]] = {}  # by id of the launch, kept alive here
+        # by id of the launch (kept alive here): its BoundLaunch and the binding keys of its varying parameters
+        self._bound: dict[int, tuple[KernelLaunch, BoundLaunch, list[str]]] = {}
         self.weights = expert_weights(w1, w2, precision)
         if impl == "persistent":
             self.tiles = None
@@ -229,14 +230,14 @@ class MegaMoE:
     def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
         """Launch ``launch`` with ``bindings``: bound at its first launch (``BoundLaunch``: Triton's
         per-launch binding costs more host time than the launch), then only the per-call bindings change."""
-        varying = [key for _, key in launch.params if key in PER_CALL_KEYS]
         entry = self._bound.get(id(launch))
         if entry is None:
             kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
-            names = [name for name, key in launch.params if key in PER_CALL_KEYS]
-            bound = BoundLaunch(launch.fn, launch.grid, launch.arguments(bindings), kwargs, names)
-            entry = self._bound[id(launch)] = (launch, bound)
-        entry[1].launch(*(bindings[key] for key in varying))
+            varying = [(name, key) for name, key in launch.params if key in PER_CALL_KEYS]
+            bound = BoundLaunch(launch.fn, launch.grid, launch.arguments(bindings), kwargs, [n for n, _ in varying])
+            entry = self._bound[id(launch)] = (launch, bound, [key for _, key in varying])
+        _, bound, keys = entry
+        bound.launch(*(bindings[key] for key in keys))
 
     def __call__(
         self, x: torch.Tensor, logits: torch.Tensor, out: torch.Tensor | None = None
