@@ -11,11 +11,11 @@ torch.compile and replayed as CUDA graphs, beside the same blocks written with t
 Each block runs eager, compiled (``torch.compile(fullgraph=True)``) and as a CUDA graph captured from the
 compiled module. An op that refuses capture (AllGather-GEMM built with ``push="copy_engine"`` at world > 1
 raises its "cannot be captured" RuntimeError) is reported and that block's graph row falls back to the
-compiled module, eager. Outputs
-are compared with the baseline's (relative L2 error); times are per call, events around back-to-back
-calls. The baseline runs over the job's process group: NCCL with one PE per GPU, gloo when the PEs
-share one GPU (``TRITON_RAW_SHARED_GPU=1``: NCCL refuses two ranks on a GPU); the MLP baseline is also
-compiled over NCCL (torch.compile of gloo's collectives on CUDA tensors ends the process).
+compiled module, eager. Outputs are compared with the baseline's (relative L2 error); times are per call,
+events around back-to-back calls. The baseline runs over the job's process group: NCCL with one PE per
+GPU, gloo when the PEs share one GPU (``TRITON_RAW_SHARED_GPU=1``: NCCL refuses two ranks on a GPU); the
+MLP baseline is also compiled over NCCL (torch.compile of gloo's collectives on CUDA tensors ends the
+process).
 
 Run from the repository root::
 
