@@ -131,18 +131,25 @@ def aot_error(fn, signature: dict[str, str], constexprs: dict[str, object] | Non
     return text
 
 
+_PTXAS_REPORTS: dict[str, str] = {}  # by the PTX's digest: a test that checks spills and wgmma assembles once
+
+
 def ptxas_report(ptx: str, tmp_path: Path) -> str:
     """What the ptxas Triton uses for sm_90a says (``-v``) when it assembles ``ptx``."""
+    import hashlib
     import subprocess
 
     from triton.backends.nvidia.compiler import get_ptxas
 
-    source = tmp_path / "kernel.ptx"
-    source.write_text(ptx)
-    return subprocess.run(
-        [get_ptxas(90).path, "-v", "-arch=sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
-        capture_output=True, text=True, check=True,
-    ).stderr  # fmt: skip
+    key = hashlib.sha256(ptx.encode()).hexdigest()
+    if key not in _PTXAS_REPORTS:
+        source = tmp_path / "kernel.ptx"
+        source.write_text(ptx)
+        _PTXAS_REPORTS[key] = subprocess.run(
+            [get_ptxas(90).path, "-v", "-arch=sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
+            capture_output=True, text=True, check=True,
+        ).stderr  # fmt: skip
+    return _PTXAS_REPORTS[key]
 
 
 def assert_no_spills(ptx: str, tmp_path: Path) -> None:
