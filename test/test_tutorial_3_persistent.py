@@ -267,3 +267,20 @@ def test_state_check_lets_only_a_peers_plan_flag_run_one_call_ahead():
     assert persistent_state_errors(cfg, 0, state([2, 4]), 2)
     assert persistent_state_errors(cfg, 0, state([2, 1]), 2)
     assert persistent_state_errors(cfg, 0, state([2, 2], comb=(2, 3)), 2)
+
+
+def test_knob_overrides_parse_the_sweeps_strings_and_refuse_others_naming_the_fields():
+    from tutorials.megamoe.persistent_launch import knob_overrides
+    from tutorials.megamoe.trace_persistent import _config
+
+    assert knob_overrides(["num_stages=4", "half_tail=1", "tma_w2=false"]) == {
+        "num_stages": 4, "half_tail": True, "tma_w2": False}  # fmt: skip
+    with pytest.raises(ValueError, match=r"'stages=4': use NAME=VALUE with NAME one of \[.*'num_stages'"):
+        knob_overrides(["stages=4"])
+    with pytest.raises(ValueError, match="'num_stages': use NAME=VALUE"):
+        knob_overrides(["num_stages"])
+    assert _config("block_k=128 num_stages=2") == {"block_k": 128, "num_stages": 2}
+    with pytest.raises(SystemExit, match="--config 'trace=0': trace is always on here"):
+        _config("trace=0")
+    with pytest.raises(SystemExit, match="--config 'bogus=1': 'bogus=1': use NAME=VALUE"):
+        _config("bogus=1")

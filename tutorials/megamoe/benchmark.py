@@ -64,7 +64,7 @@ from .config import MoEConfig
 from .ep_baseline import dispatch_compute_combine, experts_for, plan
 from .gemm_baselines import dense_gemms, grouped_gemms
 from .megamoe import IMPLS, TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
-from .persistent_launch import PersistentConfig, choose_persistent
+from .persistent_launch import choose_persistent, knob_overrides
 from .reference import reference, reference_bf16
 
 COPY_BW = 4.27e12  # bytes/s, device copy measured on the H200
@@ -152,15 +152,11 @@ def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _knobs(pairs: list[str]) -> dict[str, object]:
-    """PersistentConfig overrides from ``NAME=VALUE`` strings (ints, or true/false for the TMA switches)."""
-    fields = {f.name: f.type for f in dataclasses.fields(PersistentConfig)}
-    out: dict[str, object] = {}
-    for pair in pairs:
-        name, _, value = pair.partition("=")
-        if name not in fields or not value:
-            raise SystemExit(f"--knob {pair!r}: use NAME=VALUE with NAME one of {sorted(fields)}")
-        out[name] = value.lower() in ("1", "true", "yes") if fields[name] in (bool, "bool") else int(value)
-    return out
+    """PersistentConfig overrides from the ``--knob`` strings (``persistent_launch.knob_overrides``)."""
+    try:
+        return knob_overrides(pairs)
+    except ValueError as e:
+        raise SystemExit(f"--knob {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

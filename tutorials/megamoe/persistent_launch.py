@@ -13,6 +13,8 @@ the token count or the rank.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +77,19 @@ def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
                                 num_stages=3, tma_w2=False)  # fmt: skip
     return PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
                             num_stages=3, tma_w2=False)  # fmt: skip
+
+
+def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    """``PersistentConfig`` field overrides from ``NAME=VALUE`` strings (ints; 1/true/yes or anything
+    else for the booleans); ValueError naming the pair and the fields when one is not of that form."""
+    fields = {f.name: f.type for f in dataclasses.fields(PersistentConfig)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in fields or not value:
+            raise ValueError(f"{pair!r}: use NAME=VALUE with NAME one of {sorted(fields)}")
+        out[name] = value.lower() in ("1", "true", "yes") if fields[name] in (bool, "bool") else int(value)
+    return out
 
 
 def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:

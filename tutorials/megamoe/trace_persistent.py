@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .persistent import TRACE_FIELDS, Schedule
-from .persistent_launch import PersistentConfig
+from .persistent_launch import knob_overrides
 
 START, READY, END, SM = range(len(TRACE_FIELDS))
 
@@ -76,15 +76,15 @@ def format_summary(summary: dict) -> list[str]:
 
 
 def _config(text: str) -> dict[str, object]:
-    """``"name=value name=value"`` as PersistentConfig overrides (ints; true/false for booleans)."""
-    fields = {f.name: f.type for f in dataclasses.fields(PersistentConfig)}
-    out: dict[str, object] = {}
-    for pair in text.split():
-        name, _, value = pair.partition("=")
-        if name not in fields or name == "trace" or not value:
-            raise SystemExit(f"--config {text!r}: use NAME=VALUE pairs, NAME one of {sorted(set(fields) - {'trace'})}")
-        out[name] = value.lower() in ("1", "true", "yes") if fields[name] in (bool, "bool") else int(value)
-    return out
+    """``"name=value name=value"`` as PersistentConfig overrides (``persistent_launch.knob_overrides``;
+    ``trace`` is this tool's own)."""
+    try:
+        overrides = knob_overrides(text.split())
+    except ValueError as e:
+        raise SystemExit(f"--config {text!r}: {e}") from None
+    if "trace" in overrides:
+        raise SystemExit(f"--config {text!r}: trace is always on here")
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> int:
