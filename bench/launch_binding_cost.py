@@ -6,7 +6,8 @@ AllGather-GEMM's GEMMs, on meta tensors: µs per launch of what ``kernel[grid](.
 launcher each time (Triton's binder, then its cache key with a warm key cache), against
 ``tutorials.common.bound_launch.BoundArguments.arguments`` with the op's per-call arguments (what the
 ops do instead). Neither includes the launcher nor the driver. Medians of five rounds of ``--calls``
-calls. Run from the repository root: ``python -m bench.launch_binding_cost [--out DIR]``.
+calls, each after a warmup (``op_dispatch_cost.us_per_call``). Run from the repository root:
+``python -m bench.launch_binding_cost [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,19 +23,14 @@ import torch
 from triton.compiler import make_backend
 from triton.runtime.jit import compute_cache_key, create_function_from_signature
 
+from bench.op_dispatch_cost import us_per_call
 from tutorials.common.aot import SM90
 from tutorials.common.bound_launch import BoundArguments
 from tutorials.common.run_metadata import run_metadata
 
 
 def _us(fn: Callable[[], object], calls: int) -> float:
-    rounds = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        rounds.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(rounds)
+    return statistics.median(us_per_call(fn, calls) for _ in range(5))
 
 
 def launches() -> list[tuple[str, Any, tuple, dict, list[str]]]:
