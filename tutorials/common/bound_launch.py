@@ -20,16 +20,22 @@ refused at construction: its value would pick the kernel.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from triton import knobs
 from triton._C.libtriton import native_specialize_impl
 from triton.compiler import make_backend
 from triton.runtime.driver import driver
 from triton.runtime.jit import create_function_from_signature
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from triton_raw_ext import preload
+
+from .flat_launch import flat_launch
 
 
 class BoundArguments:
@@ -59,15 +65,22 @@ class BoundArguments:
                     f"it; add it to the @triton.jit's do_not_specialize"
                 )
             flags = (param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment)
-            self._slots.append((i, name, flags, specialization[i]))
-        self.positions = tuple(i for i, _, _, _ in self._slots)  # of the varying parameters, in fn's order
+            desc = value if isinstance(value, TensorDescriptor) else None
+            self._slots.append((i, name, flags, specialization[i], desc))
+        self.positions = tuple(slot[0] for slot in self._slots)  # of the varying parameters, in fn's order
+        # the varying descriptor parameters' bound descriptors, by position
+        self.descriptors = {slot[0]: slot[4] for slot in self._slots if slot[4] is not None}
 
     def arguments(self, *values: Any) -> list[Any]:
         """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
         if len(values) != len(self._slots):
             raise ValueError(f"BoundLaunch({self.name}): {len(self._slots)} values expected, got {len(values)}")
         args = self.values.copy()
-        for (i, name, flags, bound_spec), value in zip(self._slots, values, strict=True):
+        for (i, name, flags, bound_spec, desc), value in zip(self._slots, values, strict=True):
+            if desc is not None and isinstance(value, torch.Tensor):
+                _check_descriptor_base(self.name, name, desc, value)
+                args[i] = value
+                continue
             spec = native_specialize_impl(self._backend, value, *flags)
             if spec != bound_spec:
                 raise ValueError(
@@ -76,6 +89,16 @@ class BoundArguments:
                 )
             args[i] = value
         return args
+
+
+def _check_descriptor_base(kernel: str, name: str, desc: TensorDescriptor, tensor: torch.Tensor) -> None:
+    dtype, shape, strides = desc.base.dtype, tuple(desc.shape), tuple(desc.strides)
+    if tensor.dtype != dtype or tensor.shape != shape or tensor.stride() != strides or tensor.data_ptr() % 16:
+        raise ValueError(
+            f"BoundLaunch({kernel}): the tensor given for descriptor {name} is {tensor.dtype} "
+            f"{tuple(tensor.shape)} with strides {tensor.stride()} at {tensor.data_ptr():#x}; the bound "
+            f"descriptor needs {dtype} {shape} with strides {strides} at a 16-byte aligned address"
+        )
 
 
 class BoundLaunch:
@@ -87,6 +110,13 @@ class BoundLaunch:
         self.kernel = preload(fn, *args, grid=tuple(grid), **kwargs)
         self.grid = (*grid, 1, 1)[:3]
         self.bound = BoundArguments(fn, args, kwargs, varying, make_backend(driver.active.get_current_target()))
+        flat = flat_launch(self.kernel.run, self.bound.values, self.bound.positions)
+        self.flat = flat is not None  # else a descriptor given as a tensor is wrapped on every launch
+        if flat is None:
+            self._run = self.kernel.run
+        else:
+            self._run = copy.copy(self.kernel.run)
+            self._run.launch = flat
 
     def launch_from(self, args: Sequence[Any]) -> None:
         """Launch with the varying parameters' values taken from ``args``, a whole positional argument list
@@ -96,8 +126,18 @@ class BoundLaunch:
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""
         args = self.bound.arguments(*values)
-        kernel = self.kernel
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
-        metadata = kernel.launch_metadata(self.grid, stream, *args)
-        kernel.run(*self.grid, stream, kernel.function, kernel.packed_metadata, metadata,
-                   knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)  # fmt: skip
+        if not self.flat:
+            for i, desc in self.bound.descriptors.items():
+                if isinstance(args[i], torch.Tensor):
+                    args[i] = dataclasses.replace(desc, base=args[i])
+        run_loaded(self.kernel, self.grid, args, self._run)
+
+
+def run_loaded(kernel: Any, grid: tuple[int, int, int], args: Sequence[Any], run: Any = None) -> None:
+    """``kernel[grid](*args)`` for a compiled and loaded ``kernel`` (a ``CompiledKernel``), on the current
+    stream, with Triton's launch hooks, through ``run`` (default: the kernel's own launcher)."""
+    # torch's current device without torch.cuda.current_device's lazy-init check: the kernel is loaded
+    stream = driver.active.get_current_stream(torch._C._cuda_getDevice())
+    metadata = kernel.launch_metadata(grid, stream, *args)
+    (run or kernel.run)(*grid, stream, kernel.function, kernel.packed_metadata, metadata,
+                        knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)  # fmt: skip

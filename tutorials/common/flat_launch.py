@@ -1,0 +1,127 @@
+"""A loaded kernel's launcher with its bound argument list flattened once.
+
+Triton's CUDA launcher (``CompiledKernel.run``) expands each host tensor-descriptor argument into
+the CUtensorMap, sizes and strides the kernel takes, on every launch: in a Python loop over all the
+arguments on Triton 3.6 and 3.7 (the persistent MegaMoE kernel has 84), and on every Triton by a
+call of the backend's ``make_tensordesc_arg``, which encodes a new CUtensorMap each time.
+
+:class:`FlatLaunch` replaces that ``launch`` for a kernel launched again and again with the same
+arguments but a few: it keeps the flattened list of the bound arguments and writes only the varying
+ones into a copy. A varying descriptor's expansion is kept per tensor address (its shape, strides,
+dtype and block are the bound descriptor's, which :mod:`bound_launch` checks), so a call on the same
+buffers encodes nothing. A varying descriptor may be given as its tensor: the bound descriptor with
+that tensor as its base.
+
+The launcher it calls, the descriptor positions and metadata are read from the closure of Triton's
+own wrapper (``wrap_handle_tensordesc``), which the module's tests compare it with on each supported
+Triton; :func:`flat_launch` returns None when that wrapper is not the one it knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+# Varying descriptors' expansions kept per launch: an op alternates between few buffers; past this
+# many the cache starts again, so a caller cycling through many buffers only loses the reuse.
+EXPANSIONS_KEPT = 64
+
+
+def _wrapper_cells(launch: Any) -> dict[str, Any] | None:
+    code, closure = getattr(launch, "__code__", None), getattr(launch, "__closure__", None)
+    if code is None or closure is None:
+        return None
+    return dict(zip(code.co_freevars, (cell.cell_contents for cell in closure), strict=True))
+
+
+class FlatLaunch:
+    """Drop-in for the ``launch`` attribute of one kernel's CUDA launcher (``CompiledKernel.run``):
+    called with the same arguments as Triton's wrapper, it calls the wrapped launcher with the same
+    flattened list, computed from ``values`` (the bound argument list) except at ``varying``
+    (positions into it)."""
+
+    def __init__(self, launcher: Callable[..., Any], descriptors: Sequence[int], metas: Sequence[Any],
+                 expand: Callable[[Any, Any], list[Any]], flat_base: int | None, values: Sequence[Any],
+                 varying: Sequence[int]) -> None:  # fmt: skip
+        """``descriptors``: the positions of the descriptor parameters, ``metas`` their metadata and
+        ``expand(descriptor, meta)`` the backend's expansion; ``flat_base``: the number of leading launcher
+        arguments when the kernel arguments follow them one by one (Triton 3.6), None when they come as
+        one sequence, the last argument (3.7 and later)."""
+        self._launcher = launcher
+        self._expand = expand
+        self._flat_base = flat_base
+        meta_at = {position: metas[i] for i, position in enumerate(descriptors)}
+        self.template: list[Any] = []
+        offsets = []
+        for position, value in enumerate(values):
+            offsets.append(len(self.template))
+            if position in meta_at:
+                self.template.extend(expand(value, meta_at[position]))
+            else:
+                self.template.append(value)
+        # (position, offset in the flat list, descriptor bound there or None, its metadata)
+        self._slots = [(p, offsets[p], values[p] if p in meta_at else None, meta_at.get(p)) for p in varying]
+        self._expansions: dict[tuple[int, int], list[Any]] = {}
+
+    def flat_arguments(self, kernel_args: Sequence[Any]) -> list[Any]:
+        """The launcher's kernel arguments for the argument list ``kernel_args``."""
+        flat = self.template.copy()
+        for position, offset, bound_desc, meta in self._slots:
+            value = kernel_args[position]
+            if bound_desc is None:
+                flat[offset] = value
+            else:
+                expansion = self._expansion(position, value, bound_desc, meta)
+                flat[offset : offset + len(expansion)] = expansion
+        return flat
+
+    def _expansion(self, position: int, value: Any, bound_desc: Any, meta: Any) -> list[Any]:
+        if not isinstance(value, torch.Tensor):  # a descriptor: its shape may not be the bound one's
+            return self._expand(value, meta)
+        key = (position, value.data_ptr())
+        expansion = self._expansions.get(key) if meta is not None else None
+        if expansion is None:
+            expansion = self._expand(dataclasses.replace(bound_desc, base=value), meta)
+            if meta is not None:  # without metadata the expansion holds the tensor: never kept
+                if len(self._expansions) >= EXPANSIONS_KEPT:
+                    self._expansions.clear()
+                self._expansions[key] = expansion
+        return expansion
+
+    def __call__(self, *args: Any) -> Any:
+        if self._flat_base is None:
+            return self._launcher(*args[:-1], self.flat_arguments(args[-1]))
+        return self._launcher(*args[: self._flat_base], *self.flat_arguments(args[self._flat_base :]))
+
+
+def flat_launch(run: Any, values: Sequence[Any], varying: Sequence[int]) -> FlatLaunch | None:
+    """A :class:`FlatLaunch` for the launcher ``run`` (a ``CompiledKernel.run``) with the bound argument
+    list ``values`` and the ``varying`` positions, or None when ``run`` has no descriptor wrapper of a
+    known shape (no descriptor parameter: Triton's launch is already a direct call)."""
+    launch = getattr(run, "launch", None)
+    cells = _wrapper_cells(launch)
+    if cells is None or "launcher" not in cells:
+        return None
+    if "tensordesc_indices" in cells:  # Triton 3.6, 3.7: a Python loop over the arguments
+        descriptors = sorted(cells["tensordesc_indices"])
+        backend_expand = expand = launch.__globals__.get("make_tensordesc_arg")
+    elif "signature" in cells and "make_tensordesc_arg" in cells:  # 3.8, 3.9: the loop is native
+        signature = cells["signature"]
+        if any(isinstance(s, tuple) for s in signature):  # descriptors inside tuples: not flattened here
+            return None
+        descriptors = [i for i, s in enumerate(signature) if isinstance(s, str) and s.startswith("tensordesc")]
+        backend_expand = cells["make_tensordesc_arg"]
+
+        def expand(desc: Any, meta: Any) -> list[Any]:
+            return backend_expand(desc, meta, None)  # its third argument (the launch's) is unused
+    else:
+        return None
+    if backend_expand is None:
+        return None
+    metas = cells.get("tensordesc_meta") or [None] * len(descriptors)
+    names = launch.__code__.co_names
+    flat_base = launch.__globals__["_BASE_ARGS_FORMAT_LEN"] if "_BASE_ARGS_FORMAT_LEN" in names else None
+    return FlatLaunch(cells["launcher"], descriptors, metas, expand, flat_base, values, varying)
