@@ -167,7 +167,8 @@ class AllGatherGEMM:
         self.rank, self.world = _distributed_world(group)
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.epoch = 0
-        self._bound: dict[tuple[Any, ...], BoundLaunch] = {}  # _bound_launch's, by kernel, grid and constexprs
+        self._gemms: dict[bool, BoundLaunch] = {}  # _launch's GEMM, by whether it waits
+        self._sm_push: BoundLaunch | None = None  # the SM-push GEMM, bound at its first call
         self.wait_ms = wait_timeout_ms()  # the bound of the kernels' waits on peers' flags
         self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
@@ -192,8 +193,7 @@ class AllGatherGEMM:
         self._push_slots: list[list[torch.Tensor]] = [[peer[buf, self._own_rows] for peer in peers]
                                                       for buf in range(WORKSPACE_BUFFERS)]
         self._push_flags: list[int] = [runtime.peer(self.ready, dst)[self.rank].data_ptr() for dst in order]
-        self._gathered_descs = [TensorDescriptor.from_tensor(buf, [config.block_m, config.block_k])
-                                for buf in self.workspace]
+        self._gathered = list(self.workspace)  # per buffer: every rank's rows
         self._buffers_desc = TensorDescriptor.from_tensor(self.workspace.view(-1, k), [config.block_m, config.block_k])
         self._state = torch.zeros(state_words(self.world), dtype=torch.int32, device=self.device)  # push.py STATE_*
         torch.cuda.synchronize(self.device)  # zeroed flags and the barrier precede work on any stream
@@ -246,23 +246,29 @@ class AllGatherGEMM:
         self._side.wait_stream(main)
         main.wait_stream(self._side)
 
-    def _launch(self, local_desc: TensorDescriptor, gathered_desc: TensorDescriptor, b: torch.Tensor,
-                out: torch.Tensor, wait: bool) -> None:
-        grid, args, kwargs = gemm_launch(self.config, local_desc, gathered_desc, b, out, self.ready, epoch=self.epoch,
-                                         rank=self.rank, world=self.world, wait_ms=self.wait_ms,
-                                         num_sms=self.num_sms, wait=wait)  # fmt: skip
-        self._bound_launch(ag_gemm_kernel, grid, args, kwargs, GEMM_PER_CALL)
-
-    def _bound_launch(self, fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
-                      varying: tuple[str, ...]) -> None:  # fmt: skip
-        """``fn[grid](*args, **kwargs)`` through a ``BoundLaunch`` kept per kernel, grid and constexprs: the
-        arguments named ``varying`` change from call to call, the others are the operator's own (Triton's
-        per-launch binding would cost more host time than the launch)."""
-        key = (fn, grid, tuple(sorted(kwargs.items())))
-        bound = self._bound.get(key)
+    def _launch(self, a: torch.Tensor, gathered: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                wait: bool) -> None:  # fmt: skip
+        """The GEMM of this rank's rows ``a`` and every rank's rows ``gathered`` times ``b`` into ``out``, with
+        ready checks if ``wait``. Bound at its first call (``BoundLaunch``: Triton's per-launch binding costs
+        more host time than the launch); later calls pass only the tensors, in place of their descriptors,
+        and the epoch."""
+        bound = self._gemms.get(wait)
         if bound is None:
-            bound = self._bound[key] = BoundLaunch(fn, grid, args, kwargs, varying)
-        bound.launch_from(args)
+            grid, args, kwargs = gemm_launch(self.config, self._a_desc(a), self._a_desc(gathered), b, out, self.ready,
+                                             epoch=self.epoch, rank=self.rank, world=self.world, wait_ms=self.wait_ms,
+                                             num_sms=self.num_sms, wait=wait)  # fmt: skip
+            bound = self._gemms[wait] = BoundLaunch(ag_gemm_kernel, grid, args, kwargs, GEMM_PER_CALL)
+        bound.launch(a, gathered, b, out, self.epoch)
+
+    def _launch_sm_push(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """The SM-push GEMM of one call, bound at its first call like :meth:`_launch`."""
+        if self._sm_push is None:
+            grid, args, kwargs = sm_push_launch(
+                self.config, self._a_desc(a), self._buffers_desc, b, out, a, self.workspace, self.ready, self._state,
+                rank=self.rank, world=self.world, wait_ms=self.wait_ms, num_sms=self.num_sms,
+            )  # fmt: skip
+            self._sm_push = BoundLaunch(ag_gemm_sm_push_kernel, grid, args, kwargs, SM_PUSH_PER_CALL)
+        self._sm_push.launch(a, b, out, a)
 
     def _output(self, out: torch.Tensor | None) -> torch.Tensor:
         shape = (self.world * self.m_per_rank, self.n)
@@ -278,22 +284,18 @@ class AllGatherGEMM:
         """``AllGather(a) @ b`` (collective); ordered on the current stream like a torch op."""
         self._check(("a", a, (self.m_per_rank, self.k)), ("b", b, (self.k, self.n)))
         out = self._output(out)
-        local_desc = self._a_desc(a)
         if self.world == 1:  # no peer tiles: the kernel without checks
-            self._launch(local_desc, local_desc, b, out, wait=False)
+            self._launch(a, a, b, out, wait=False)
             return out
         capturing = torch.cuda.is_current_stream_capturing()
         shard_bytes = self.m_per_rank * self.k * ELEMENT_BYTES
         if choose_push(self.push, self.world, capturing, shard_bytes, self._host_epoch_known) == "sm":
             self._host_epoch_known &= not capturing
             self.epoch += 1  # the host's copy of the device epoch, exact while no graph replays
-            grid, args, kwargs = sm_push_launch(self.config, local_desc, self._buffers_desc, b, out, a, self.workspace,
-                                                self.ready, self._state, rank=self.rank, world=self.world,
-                                                wait_ms=self.wait_ms, num_sms=self.num_sms)  # fmt: skip
-            self._bound_launch(ag_gemm_sm_push_kernel, grid, args, kwargs, SM_PUSH_PER_CALL)
+            self._launch_sm_push(a, b, out)
             return out
         buf = self._produce(a)
-        self._launch(local_desc, self._gathered_descs[buf], b, out, wait=True)
+        self._launch(a, self._gathered[buf], b, out, wait=True)
         self._finish_epoch()
         return out
 
@@ -331,7 +333,7 @@ class AllGatherGEMM:
             self._require_host_epoch("gemm(checks=True)")
         local = gathered[self._own_rows]
         out = self._output(out)
-        self._launch(self._a_desc(local), self._a_desc(gathered), b, out, wait=checks)
+        self._launch(local, gathered, b, out, wait=checks)
         return out
 
 
