@@ -30,6 +30,7 @@ import torch
 from triton_raw_ext.knobs import wait_timeout_ms
 
 from ..common import op_registry
+from ..common.bound_launch import run_loaded
 from ..common.ranks import every_rank
 from .kernels import kernel_source
 from .plan import (
@@ -125,8 +126,11 @@ class AllReduceRMSNorm:
         self.wait_ms = wait_timeout_ms()  # the bound of the kernel's waits for peers' signals
         self._kernels: dict[tuple[int, int, int, bool], Any] = {}
         self._resident: dict[Algorithm, int] = {}
+        self._plans: dict[tuple[int, Tuning], tuple[Algorithm, LaunchConfig]] = {}  # _plan's, by T and tuning
         self._sealed = False  # set once _preload has loaded every kernel a call at world > 1 may use
         self._allocate()
+        workspace = (self.land, self.rs, self.ag)
+        self._workspace_aligned = self.hidden % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in workspace)
         self.push = self._choose_push(push) if world > 1 else Push.PUTS
         if world > 1:
             self._preload()
@@ -227,6 +231,17 @@ class AllReduceRMSNorm:
             self._kernels[key] = kernel_loading.load(compiled)
         return self._kernels[key]
 
+    def _plan(self, tokens: int) -> tuple[Algorithm, LaunchConfig]:
+        """The algorithm and launch configuration of a call of ``tokens`` rows (the same for every call of
+        that size: the layout, the grid caps and the tuning are fixed once the op is built)."""
+        key = (tokens, self.tuning)
+        plan = self._plans.get(key)
+        if plan is None:
+            algo = self.layout.algorithm_for(tokens)
+            plan = self._plans[key] = (algo, launch_config(algo, tokens, self.hidden, self._resident.get(algo, 1),
+                                                           self.tuning))  # fmt: skip
+        return plan
+
     def __call__(
         self,
         x: torch.Tensor,
@@ -264,37 +279,14 @@ class AllReduceRMSNorm:
                 or t.device != self.device
             ):
                 raise ValueError(f"out: expected contiguous {self.dtype} tensors of shape {tuple(x.shape)}")
-        algo = self.layout.algorithm_for(tokens)
-        cfg = launch_config(algo, tokens, self.hidden, self._resident.get(algo, 1), self.tuning)
-        tensors = (x, residual, weight, norm_out, res_out, self.land, self.rs, self.ag)
-        aligned = self.hidden % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in tensors)
-        kernel = self._kernel(algo, cfg, aligned)
+        algo, cfg = self._plan(tokens)
+        tensors = (x, residual, weight, norm_out, res_out)
+        aligned = self._workspace_aligned and not any(t.data_ptr() % 16 for t in tensors)
         lay = self.layout
-        kernel[(cfg.grid, 1, 1)](
-            x,
-            residual,
-            weight,
-            norm_out,
-            res_out,
-            self.land,
-            self.rs,
-            self.ag,
-            self.sig,
-            self.counters,
-            tokens,
-            self.hidden,
-            float(eps),
-            self.rank,
-            lay.max_tokens,
-            lay.oneshot_rows,
-            lay.rs_rows,
-            self.wait_ms,
-            self.world,
-            int(algo),
-            cfg.block_h,
-            int(self.push),
-            cfg.batch_rows,
-        )
+        args = (x, residual, weight, norm_out, res_out, self.land, self.rs, self.ag, self.sig, self.counters, tokens,
+                self.hidden, float(eps), self.rank, lay.max_tokens, lay.oneshot_rows, lay.rs_rows, self.wait_ms,
+                self.world, int(algo), cfg.block_h, int(self.push), cfg.batch_rows)  # fmt: skip
+        run_loaded(self._kernel(algo, cfg, aligned), (cfg.grid, 1, 1), args)
         return norm_out, res_out
 
 
