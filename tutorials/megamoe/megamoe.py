@@ -67,7 +67,7 @@ from .quant import expert_weights, quantize_rows
 
 IMPLS = ("launches", "persistent")  # one call as 7-8 launches (and barriers), or as one persistent launch
 # The binding keys that change from call to call (call_bindings); every other binding is the layer's own
-PER_CALL_KEYS = ("logits", "x", "y", "T")
+PER_CALL_KEYS = ("logits", "x", "y", "T")  # call_values'
 
 TORCH_DTYPES = {  # the buffer dtype names of config.MoEConfig
     "bfloat16": torch.bfloat16,
@@ -86,7 +86,12 @@ def call_bindings(
     """What a call binds to its kernels' parameters (the keys of ``launch.KernelLaunch.params``): the layer's
     workspace and weights ``buffers``, the call's ``x``, float32 ``logits`` and ``y``, and the integers T
     (x's rows), W, me and wait_ms."""
-    return {**buffers, "logits": logits, "x": x, "y": y, "T": x.shape[0], "W": world, "me": rank, "wait_ms": wait_ms}
+    return {**buffers, **call_values(x, logits, y), "W": world, "me": rank, "wait_ms": wait_ms}
+
+
+def call_values(x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
+    """The bindings that change from call to call (``PER_CALL_KEYS``)."""
+    return {"logits": logits, "x": x, "y": y, "T": x.shape[0]}
 
 
 def meta_bindings(cfg: MoEConfig, persistent: PersistentConfig | None = None) -> dict[str, object]:
@@ -204,6 +209,7 @@ class MegaMoE:
         # persistent: the descriptors over the weights and h, and the whole call's items
         self._extras = {} if self.persistent is None else call_extras(self.cfg, self.persistent,
                                                                        {**self.weights, **self.local})  # fmt: skip
+        self._layer_bindings: dict[str, object] | None = None  # _bindings'
         self.closed = False
         self.handle = op_registry.register(self)  # what torch_op's custom op takes to reach this layer
 
@@ -224,8 +230,11 @@ class MegaMoE:
         self._rt.host_barrier()
 
     def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
-        buffers = {**self.sym, **self.local, **self.weights}
-        return {**call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms), **self._extras}
+        if self._layer_bindings is None:  # the buffers, weights and integers of every call, merged once
+            buffers = {**self.sym, **self.local, **self.weights}
+            every = call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms)
+            self._layer_bindings = {k: v for k, v in {**every, **self._extras}.items() if k not in PER_CALL_KEYS}
+        return {**self._layer_bindings, **call_values(x, logits, y)}
 
     def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
         """Launch ``launch`` with ``bindings``: bound at its first launch (``BoundLaunch``: Triton's
