@@ -20,8 +20,17 @@ LARGE = 4096 * 8192 * schedule.ELEMENT_BYTES
     ("copy_engine", False, SMALL, True, "copy_engine"),
 ])  # fmt: skip
 def test_choose_push_by_request_capture_and_size(requested, capturing, shard, known, path):
-    assert push.choose_push(requested, 2, capturing, shard, known) == path
+    assert push.choose_push(requested, 4, capturing, shard, known) == path
     assert push.choose_push(requested, 1, capturing, shard, known) == "none"  # world 1: nothing is pushed
+
+
+def test_eager_auto_takes_the_sm_push_for_small_shards_from_four_ranks_on():
+    """The measured crossover: at 2 PEs the copy engine was faster at every shard size, at 4 the SM push
+    up to 2 MiB."""
+    assert push.choose_push("auto", 2, False, SMALL, True) == "copy_engine"
+    assert push.choose_push("auto", 2, True, SMALL, True) == "sm"  # under capture whatever the world
+    assert [push.choose_push("auto", w, False, SMALL, True) for w in (4, 8)] == ["sm", "sm"]
+    assert push.choose_push("auto", 4, False, SMALL + 1, True) == "copy_engine"
 
 
 def test_copy_engine_under_capture_raises_naming_the_op_and_the_fix():

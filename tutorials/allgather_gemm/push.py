@@ -18,10 +18,12 @@ with several PEs sharing a GPU (each PE's grid fits at once there, see ``SPARE_S
 A side-stream kernel, or extra programs of the GEMM, would need SMs that the spinning GEMM programs
 may all hold.
 
-``"auto"`` takes ``"sm"`` while a CUDA graph is captured, and eagerly ``"sm"`` for shards up to
-:data:`SM_PUSH_MAX_SHARD_BYTES` (the push delays the local tiles, which is cheap only when the shard
-is small), ``"copy_engine"`` above. Once the operator has been captured, the host no longer knows the
-device epoch (it advances on every replay), so every later call of that operator takes the SM path.
+``"auto"`` takes ``"sm"`` while a CUDA graph is captured, and eagerly ``"sm"`` from
+:data:`SM_PUSH_MIN_WORLD` ranks on for shards up to :data:`SM_PUSH_MAX_SHARD_BYTES` (the push delays
+the local tiles, which is cheap only when the shard is small and the copy engine has several peers to
+serve one after the other), ``"copy_engine"`` otherwise. Once the operator has been captured, the host
+no longer knows the device epoch (it advances on every replay), so every later call of that operator
+takes the SM path.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ from .schedule import WORKSPACE_BUFFERS
 Push = Literal["auto", "copy_engine", "sm"]
 PUSH_CHOICES: tuple[str, ...] = ("auto", "copy_engine", "sm")
 
-# Eager "auto": SM push up to this many bytes of A shard per rank (m_per_rank * k * 2), copy engine above.
-# Provisional (the 2 MB shard of 1024x1024x1024 and below) until `benchmark --push both` measures the
-# crossover on the H200 (README, Benchmark).
+# Eager "auto": SM push from this many ranks on, up to this many bytes of A shard per rank
+# (m_per_rank * k * 2), copy engine otherwise. Measured with `benchmark --push both` on one H200 shared by
+# the PEs, shards of 0.5 to 64 MiB: at 2 PEs the copy engine is faster at every size (sm/copy_engine
+# 1.1-1.36); at 4 PEs the SM push is faster up to 2 MiB (0.55 at 0.5 MiB, 0.84 at 2 MiB), the copy engine
+# from 8 MiB (README, Benchmark). The multi-GPU run re-measures it over NVLink.
+SM_PUSH_MIN_WORLD = 4
 SM_PUSH_MAX_SHARD_BYTES = 2 * 1024 * 1024
 # Bytes a warp claims at once: a multiple of the 16-byte vector, small enough that a 2 MB shard gives
 # every warp of a full-GPU grid work, large enough that the ticket atomics stay rare.
@@ -105,4 +110,4 @@ def choose_push(requested: str, world: int, capturing: bool, shard_bytes: int, h
         return "copy_engine"
     if requested == "sm" or capturing or not host_epoch_known:
         return "sm"
-    return "sm" if shard_bytes <= SM_PUSH_MAX_SHARD_BYTES else "copy_engine"
+    return "sm" if world >= SM_PUSH_MIN_WORLD and shard_bytes <= SM_PUSH_MAX_SHARD_BYTES else "copy_engine"
