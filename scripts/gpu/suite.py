@@ -6,7 +6,7 @@ Usage, from the repository root of the GPU machine (carry .debs/ when it has no 
     python3 -m scripts.gpu.suite exec [--shared-gpu] [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
 
 SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, t3_persistent, t3_trace, faults,
-nvshmem, multi_gpu, serving, all, tutorials); ``exec`` runs one command as a one-step suite (``--shared-gpu``: its
+nvshmem, multi_gpu, serving, launch_paths, all, tutorials); ``exec`` runs one command as a one-step suite (``--shared-gpu``: its
 PEs share GPU 0, as a suite's steps can). Before the steps, ``scripts/gpu/setup.sh`` installs the plugin into
 /tmp/site and provides clang (``--no-setup``: use this environment as it is). Every step
 gets the NVLink-multicast-off variables (``MULTICAST_OFF``: they are set nowhere else), Python fault

@@ -340,6 +340,33 @@ def nvshmem(gpus: int) -> Suite:
     ], budget_s=540)  # fmt: skip
 
 
+def launch_paths(gpus: int) -> Suite:
+    """Every host launch path of the three ops on one GPU, after a change to how they launch: the bound and
+    flattened launches' and the custom ops' GPU tests, world-1 correctness of each op (MegaMoE both impls,
+    bf16 and fp8), AllGather-GEMM's copy-engine path at 2 PEs and its SM push captured at 4 PEs, the
+    serving blocks at world 1, then the host cost of each op beside the torch op it replaces (profiled)."""
+    shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NVSHMEM_SYMMETRIC_SIZE": "3G"}
+    ag = ("--dtypes", "bfloat16", "--shapes", "1024x1024x1024", "4096x1024x8192", "--json", "{dir}/correct.json")
+    megamoe = ("python3", "-m", f"{T3}.megamoe", "--cases", "small", "--iters", "3", "--json", "{dir}/correct.json")
+    return Suite("launch_paths", [
+        # -o pythonpath=: the checkout's root stays behind the installed plugin on sys.path (setup.sh)
+        Step("pytest", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "pythonpath=",
+                        "test/test_tutorial_custom_ops.py", "test/test_bound_launch.py", "test/test_flat_launch.py"),
+             75),
+        Step("t1_w1", ("python3", "-m", f"{T1}.allreduce_rmsnorm", "--graph-tokens", "1", "128",
+                       "--json", "{dir}/correct.json"), 60),
+        Step("t2_w1", ("python3", "-m", f"{T2}.allgather_gemm", "--json", "{dir}/correct.json"), 80),
+        Step("t2_w2_copy_engine", _torchrun(2, f"{T2}.allgather_gemm", *ag), 60, shared_gpu=True, env=shared),
+        Step("t2_w4_sm_graph", _torchrun(4, f"{T2}.allgather_gemm", "--push", "sm", "--graph", *ag), 80,
+             shared_gpu=True, env=shared),
+        Step("t3_w1_persistent", (*megamoe, "--impl", "persistent"), 60),
+        Step("t3_w1_persistent_fp8", (*megamoe, "--impl", "persistent", "--precision", "fp8"), 50),
+        Step("t3_w1_launches", megamoe, 60),
+        Step("serving_w1", ("python3", "-m", "examples.serving_blocks", "--json", "{dir}/serving.json"), 60),
+        Step("host_cost", ("python3", "-m", "bench.host_cost", "--profile", "--out", "{dir}"), 60),
+    ], budget_s=560)  # fmt: skip
+
+
 def serving(gpus: int) -> Suite:
     """The tutorial ops as a serving engine uses them: the custom-op GPU tests (compiled == eager), the host
     cost of each op's eager and ``torch.ops`` call beside the torch op it replaces (with the profile of
@@ -507,5 +534,5 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
     "t3_persistent": t3_persistent, "t3_trace": t3_trace, "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu,
-    "serving": serving, "all": every_one_gpu_suite, "tutorials": tutorials,
+    "serving": serving, "launch_paths": launch_paths, "all": every_one_gpu_suite, "tutorials": tutorials,
 }  # fmt: skip
