@@ -27,6 +27,7 @@ from conftest import (  # noqa: E402
 )
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
+from triton_raw_ext.triton_version import VERSION as TRITON_VERSION  # noqa: E402
 from tutorials.allreduce_rmsnorm import aot  # noqa: E402
 from tutorials.allreduce_rmsnorm.plan import Algorithm, Push  # noqa: E402
 
@@ -108,9 +109,10 @@ def test_store_push_writes_peers_in_16_byte_vectors(algo, world):
     assert stores(Push.STORES) > stores(Push.PUTS)
 
 
-@pytest.mark.xfail(has_per_sm_nvshmem(), strict=False,
+@pytest.mark.xfail(has_per_sm_nvshmem() or TRITON_VERSION >= (3, 8), strict=False,
                    reason="with NVSHMEM's per-SM bitcode (3.7+) some sizes spill a few bytes (4 with the proxy "
-                          "transport, up to 188 compiled for every transport)")
+                          "transport, up to 188 compiled for every transport), and with Triton 3.8/3.9's ptxas "
+                          "8 bytes at some sizes with NVSHMEM 3.4")
 @pytest.mark.parametrize("push", list(Push))
 @pytest.mark.parametrize("hidden", [512, 2048, 4096, 8192, 16384])
 def test_oneshot_kernels_do_not_spill(hidden, push, tmp_path):
