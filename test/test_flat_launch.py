@@ -4,6 +4,7 @@ encodes a descriptor once per tensor address (CPU: the backend's expansion is re
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -98,9 +99,34 @@ def test_a_descriptor_given_as_its_tensor_is_encoded_once_per_address(monkeypatc
     assert recorder.encoded.count(w.data_ptr()) == 1 + 6
 
 
-def test_a_launcher_without_descriptors_is_left_as_it_is():
-    def direct_launcher(*args):  # Triton's launch when the kernel has no descriptor parameter
+class CudaLike(torch.Tensor):
+    """A CPU tensor that says it is a CUDA tensor: what the launch passes as an address."""
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+
+def test_cuda_tensors_go_to_tritons_c_launcher_as_addresses():
+    """A kernel without descriptors: Triton's C launcher gets the same list with each CUDA tensor's
+    address in its place (bound ones once, varying ones per call); a CPU tensor stays a tensor, for the
+    launcher to refuse."""
+    calls = []
+    c_launcher = functools.partial(lambda *args: calls.append(args))  # no Python code of its own, as a C function
+    fixed, varying = (torch.empty(8).as_subclass(CudaLike) for _ in range(2))
+    flat = flat_launch(types.SimpleNamespace(launch=c_launcher), [fixed, varying, 5, "constexpr"], (1, 2))
+    assert flat is not None and flat.template == [fixed.data_ptr(), varying.data_ptr(), 5, "constexpr"]
+    other = torch.empty(8).as_subclass(CudaLike)
+    flat(*launch_args(flat, [fixed, other, 6, "constexpr"]))
+    assert flattened(calls[-1])[-4:] == [fixed.data_ptr(), other.data_ptr(), 6, "constexpr"]
+    cpu = torch.empty(8)
+    flat(*launch_args(flat, [fixed, cpu, 6, "constexpr"]))
+    assert flattened(calls[-1])[-3] == ("tensor", id(cpu))
+
+
+def test_a_python_launch_that_is_not_tritons_wrapper_is_left_as_it_is():
+    def direct_launcher(*args):
         return args
 
     assert flat_launch(types.SimpleNamespace(launch=direct_launcher), [1, 2], (0,)) is None
-    assert flat_launch(types.SimpleNamespace(launch=print), [1, 2], (0,)) is None
+    assert flat_launch(types.SimpleNamespace(), [1, 2], (0,)) is None

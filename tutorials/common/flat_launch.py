@@ -3,14 +3,17 @@
 Triton's CUDA launcher (``CompiledKernel.run``) expands each host tensor-descriptor argument into
 the CUtensorMap, sizes and strides the kernel takes, on every launch: in a Python loop over all the
 arguments on Triton 3.6 and 3.7 (the persistent MegaMoE kernel has 84), and on every Triton by a
-call of the backend's ``make_tensordesc_arg``, which encodes a new CUtensorMap each time.
+call of the backend's ``make_tensordesc_arg``, which encodes a new CUtensorMap each time. Its C
+side then asks each tensor argument for ``data_ptr()`` and the driver for its device pointer.
 
 :class:`FlatLaunch` replaces that ``launch`` for a kernel launched again and again with the same
 arguments but a few: it keeps the flattened list of the bound arguments and writes only the varying
 ones into a copy. A varying descriptor's expansion is kept per tensor address (its shape, strides,
 dtype and block are the bound descriptor's, which :mod:`bound_launch` checks), so a call on the same
 buffers encodes nothing. A varying descriptor may be given as its tensor: the bound descriptor with
-that tensor as its base.
+that tensor as its base. A CUDA tensor is passed as its address, which the launcher takes as it is
+(the device pointer of device memory is its address): once for a bound one, per call for a varying
+one, without the driver query.
 
 The launcher it calls, the descriptor positions and metadata are read from the closure of Triton's
 own wrapper (``wrap_handle_tensordesc``), which the module's tests compare it with on each supported
@@ -24,10 +27,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from triton.backends.nvidia import driver as nvidia_driver
 
 # Varying descriptors' expansions kept per launch: an op alternates between few buffers; past this
 # many the cache starts again, so a caller cycling through many buffers only loses the reuse.
 EXPANSIONS_KEPT = 64
+
+
+def _address(value: Any) -> Any:
+    """A CUDA tensor as its address, anything else as it is (the launcher reports a CPU tensor)."""
+    return value.data_ptr() if isinstance(value, torch.Tensor) and value.is_cuda else value
 
 
 def _wrapper_cells(launch: Any) -> dict[str, Any] | None:
@@ -44,7 +53,7 @@ class FlatLaunch:
     (positions into it)."""
 
     def __init__(self, launcher: Callable[..., Any], descriptors: Sequence[int], metas: Sequence[Any],
-                 expand: Callable[[Any, Any], list[Any]], flat_base: int | None, values: Sequence[Any],
+                 expand: Callable[[Any, Any], list[Any]] | None, flat_base: int | None, values: Sequence[Any],
                  varying: Sequence[int]) -> None:  # fmt: skip
         """``descriptors``: the positions of the descriptor parameters, ``metas`` their metadata and
         ``expand(descriptor, meta)`` the backend's expansion; ``flat_base``: the number of leading launcher
@@ -59,12 +68,13 @@ class FlatLaunch:
         for position, value in enumerate(values):
             offsets.append(len(self.template))
             if position in meta_at:
-                self.template.extend(expand(value, meta_at[position]))
+                self.template.extend(expand(value, meta_at[position]))  # type: ignore[misc]
             else:
-                self.template.append(value)
+                self.template.append(_address(value))
         # (position, offset in the flat list, descriptor bound there or None, its metadata)
         self._slots = [(p, offsets[p], values[p] if p in meta_at else None, meta_at.get(p)) for p in varying]
         self._expansions: dict[tuple[int, int], list[Any]] = {}
+        self._count = len(values)
 
     def flat_arguments(self, kernel_args: Sequence[Any]) -> list[Any]:
         """The launcher's kernel arguments for the argument list ``kernel_args``."""
@@ -72,10 +82,11 @@ class FlatLaunch:
         for position, offset, bound_desc, meta in self._slots:
             value = kernel_args[position]
             if bound_desc is None:
-                flat[offset] = value
+                flat[offset] = _address(value)
             else:
                 expansion = self._expansion(position, value, bound_desc, meta)
                 flat[offset : offset + len(expansion)] = expansion
+        flat.extend(kernel_args[self._count :])  # arguments the launcher appends (Triton 3.9's sanitizer)
         return flat
 
     def _expansion(self, position: int, value: Any, bound_desc: Any, meta: Any) -> list[Any]:
@@ -99,11 +110,17 @@ class FlatLaunch:
 
 def flat_launch(run: Any, values: Sequence[Any], varying: Sequence[int]) -> FlatLaunch | None:
     """A :class:`FlatLaunch` for the launcher ``run`` (a ``CompiledKernel.run``) with the bound argument
-    list ``values`` and the ``varying`` positions, or None when ``run`` has no descriptor wrapper of a
-    known shape (no descriptor parameter: Triton's launch is already a direct call)."""
+    list ``values`` and the ``varying`` positions, or None when ``run.launch`` is neither Triton's C
+    launcher nor a descriptor wrapper of a known shape."""
     launch = getattr(run, "launch", None)
+    # Triton 3.6's launchers take the kernel arguments one by one after the base ones, later ones as a list
+    flat_base = getattr(nvidia_driver, "_BASE_ARGS_FORMAT_LEN", None)
     cells = _wrapper_cells(launch)
-    if cells is None or "launcher" not in cells:
+    if cells is None:  # no descriptor parameter: Triton's C launcher itself, or something else
+        if launch is None or hasattr(launch, "__code__"):
+            return None
+        return FlatLaunch(launch, [], [], None, flat_base, values, varying)
+    if "launcher" not in cells:
         return None
     if "tensordesc_indices" in cells:  # Triton 3.6, 3.7: a Python loop over the arguments
         descriptors = sorted(cells["tensordesc_indices"])
@@ -122,6 +139,4 @@ def flat_launch(run: Any, values: Sequence[Any], varying: Sequence[int]) -> Flat
     if backend_expand is None:
         return None
     metas = cells.get("tensordesc_meta") or [None] * len(descriptors)
-    names = launch.__code__.co_names
-    flat_base = launch.__globals__["_BASE_ARGS_FORMAT_LEN"] if "_BASE_ARGS_FORMAT_LEN" in names else None
     return FlatLaunch(cells["launcher"], descriptors, metas, expand, flat_base, values, varying)
