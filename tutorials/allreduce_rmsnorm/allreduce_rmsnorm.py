@@ -129,8 +129,8 @@ class AllReduceRMSNorm:
         self._plans: dict[tuple[int, Tuning], tuple[Algorithm, LaunchConfig]] = {}  # _plan's, by T and tuning
         self._sealed = False  # set once _preload has loaded every kernel a call at world > 1 may use
         self._allocate()
-        workspace = (self.land, self.rs, self.ag)
-        self._workspace_aligned = self.hidden % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in workspace)
+        self._workspace_addresses = [t.data_ptr() for t in (self.land, self.rs, self.ag, self.sig, self.counters)]
+        self._workspace_aligned = self.hidden % 16 == 0 and all(a % 16 == 0 for a in self._workspace_addresses[:3])
         self.push = self._choose_push(push) if world > 1 else Push.PUTS
         if world > 1:
             self._preload()
@@ -280,12 +280,13 @@ class AllReduceRMSNorm:
             ):
                 raise ValueError(f"out: expected contiguous {self.dtype} tensors of shape {tuple(x.shape)}")
         algo, cfg = self._plan(tokens)
-        tensors = (x, residual, weight, norm_out, res_out)
-        aligned = self._workspace_aligned and not any(t.data_ptr() % 16 for t in tensors)
+        # addresses, not tensors: the launcher would ask each tensor and the driver for them (all on self.device)
+        addresses = [t.data_ptr() for t in (x, residual, weight, norm_out, res_out)]
+        aligned = self._workspace_aligned and not any(a % 16 for a in addresses)
         lay = self.layout
-        args = (x, residual, weight, norm_out, res_out, self.land, self.rs, self.ag, self.sig, self.counters, tokens,
-                self.hidden, float(eps), self.rank, lay.max_tokens, lay.oneshot_rows, lay.rs_rows, self.wait_ms,
-                self.world, int(algo), cfg.block_h, int(self.push), cfg.batch_rows)  # fmt: skip
+        args = (*addresses, *self._workspace_addresses, tokens, self.hidden, float(eps), self.rank, lay.max_tokens,
+                lay.oneshot_rows, lay.rs_rows, self.wait_ms, self.world, int(algo), cfg.block_h, int(self.push),
+                cfg.batch_rows)  # fmt: skip
         run_loaded(self._kernel(algo, cfg, aligned), (cfg.grid, 1, 1), args)
         return norm_out, res_out
 
