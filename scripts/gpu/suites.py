@@ -343,8 +343,9 @@ def nvshmem(gpus: int) -> Suite:
 def launch_paths(gpus: int) -> Suite:
     """Every host launch path of the three ops on one GPU, after a change to how they launch: the bound and
     flattened launches' and the custom ops' GPU tests, world-1 correctness of each op (MegaMoE both impls,
-    bf16 and fp8), AllGather-GEMM's copy-engine path at 2 PEs and its SM push captured at 4 PEs, the
-    serving blocks at world 1, then the host cost of each op beside the torch op it replaces (profiled)."""
+    bf16 and fp8), AllGather-GEMM's copy-engine path at 2 PEs and its SM push captured at 4 PEs, MegaMoE's
+    impls at 2 PEs, the serving blocks (all three ops eager, compiled and captured) at 2 PEs, then the host
+    cost of each op beside the torch op it replaces (profiled)."""
     shared = {"NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": "lo", "NVSHMEM_SYMMETRIC_SIZE": "3G"}
     ag = ("--dtypes", "bfloat16", "--shapes", "1024x1024x1024", "4096x1024x8192", "--json", "{dir}/correct.json")
     megamoe = ("python3", "-m", f"{T3}.megamoe", "--cases", "small", "--iters", "3", "--json", "{dir}/correct.json")
@@ -362,7 +363,11 @@ def launch_paths(gpus: int) -> Suite:
         Step("t3_w1_persistent", (*megamoe, "--impl", "persistent"), 60),
         Step("t3_w1_persistent_fp8", (*megamoe, "--impl", "persistent", "--precision", "fp8"), 50),
         Step("t3_w1_launches", megamoe, 60),
-        Step("serving_w1", ("python3", "-m", "examples.serving_blocks", "--json", "{dir}/serving.json"), 60),
+        Step("t3_w2_persistent", _torchrun(2, *megamoe[2:], "--impl", "persistent", standalone=False), 70,
+             shared_gpu=True),
+        Step("t3_w2_launches", _torchrun(2, *megamoe[2:], standalone=False), 70, shared_gpu=True),
+        Step("serving_w2", _torchrun(2, "examples.serving_blocks", "--json", "{dir}/serving.json"), 75,
+             shared_gpu=True, env=shared),
         Step("host_cost", ("python3", "-m", "bench.host_cost", "--profile", "--out", "{dir}"), 60),
     ], budget_s=560)  # fmt: skip
 
