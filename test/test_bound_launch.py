@@ -130,3 +130,35 @@ def test_a_descriptor_parameter_takes_a_tensor_of_the_bound_descriptors_shape():
         with pytest.raises(ValueError, match=r"the tensor given for descriptor desc is .* the bound descriptor needs "
                                              r"torch.bfloat16 \(64, 128\) with strides \(128, 1\)"):  # fmt: skip
             bound.arguments(meta(256), wrong, 5)
+
+
+@pytest.mark.parametrize(("world", "push", "kernels"), [
+    (1, "auto", ["ag_gemm_kernel"]), (2, "auto", ["ag_gemm_kernel", "ag_gemm_sm_push_kernel"]),
+    (4, "sm", ["ag_gemm_kernel", "ag_gemm_sm_push_kernel"]), (2, "copy_engine", ["ag_gemm_kernel"]),
+])  # fmt: skip
+def test_allgather_gemm_preloads_the_kernels_its_calls_bind(monkeypatch, world, push, kernels):
+    """AllGatherGEMM._preload (at construction: a module first loaded under graph capture fails it) loads
+    each kernel a call of that world and push path binds, specialised as the call's arguments are."""
+    import types
+
+    import triton_raw_ext
+    from tutorials.allgather_gemm.allgather_gemm import AllGatherGEMM, gemm_launch
+    from tutorials.allgather_gemm.schedule import DEFAULT_CONFIG as cfg
+
+    loaded = []
+    monkeypatch.setattr(triton_raw_ext, "preload", lambda fn, *args, grid, **kw: loaded.append((fn, args, kw)))
+    m, n, k = 256, 512, 1024
+    op = types.SimpleNamespace(dtype=torch.bfloat16, config=cfg, m_per_rank=m, n=n, k=k, world=world, rank=world - 1,
+                               wait_ms=100, num_sms=66, push=push)  # fmt: skip
+    AllGatherGEMM._preload(op)
+    assert [fn.__name__ for fn, _, _ in loaded] == kernels
+    fn, args, kwargs = loaded[0]
+    assert kwargs["WAIT"] is (world > 1)
+    # what the first call binds (AllGatherGEMM._launch): descriptors over the call's tensors, a later epoch
+    a, gathered = meta(m, k), meta(world * m, k)
+    descs = [TensorDescriptor.from_tensor(t, [cfg.block_m, cfg.block_k]) for t in (a, a if world == 1 else gathered)]
+    _, call_args, call_kwargs = gemm_launch(cfg, *descs, meta(k, n), meta(world * m, n), meta(world, dtype=torch.int32),
+                                            epoch=7, rank=world - 1, world=world, wait_ms=100, num_sms=66,
+                                            wait=world > 1)  # fmt: skip
+    assert call_kwargs == kwargs
+    assert binder_values(fn, *args, **kwargs)[1] == binder_values(fn, *call_args, **call_kwargs)[1]

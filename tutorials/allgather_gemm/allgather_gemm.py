@@ -173,6 +173,7 @@ class AllGatherGEMM:
         self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
         if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
+            self._preload()
             self.handle = op_registry.register(self)
             return
         from triton_raw_ext import runtime
@@ -184,6 +185,7 @@ class AllGatherGEMM:
         sharing = runtime.pes_per_gpu()
         if sharing > 1:  # shared-GPU mode: every PE's persistent GEMM must fit at once, with SMs to spare
             self.num_sms = max(1, self.num_sms // sharing - SPARE_SMS_PER_SHARING_PE)
+        self._preload()  # before the collective allocations, whose barriers then order it before any call
         self._side = torch.cuda.Stream(self.device)
         self.workspace = runtime.empty((WORKSPACE_BUFFERS, self.world * m_per_rank, k), dtype)
         self.ready = runtime.zeros((self.world,), torch.int32)  # collective; ends with a barrier
@@ -202,6 +204,37 @@ class AllGatherGEMM:
     def close(self) -> None:
         """Unregister the handle (idempotent); the workspace is freed with the last reference."""
         op_registry.unregister(self.handle)
+
+    def _preload(self) -> None:
+        """Compile and load the kernels a call launches: at world 1 the GEMM without waits; at world > 1 the
+        copy-engine path's GEMM and, unless ``push="copy_engine"``, the SM-push GEMM. A module first loaded
+        while a CUDA graph is captured fails the capture (its set-up copies cannot be captured), and one
+        loaded while a peer's kernel waits for this rank can hang the job. Built on meta tensors with the
+        operator's shapes and integers, which specialise as its real buffers do."""
+        from triton_raw_ext import preload
+
+        def meta(*shape: int, dtype: torch.dtype = self.dtype) -> torch.Tensor:
+            return torch.empty(shape, dtype=dtype, device="meta")
+
+        def desc(t: torch.Tensor) -> TensorDescriptor:
+            return TensorDescriptor.from_tensor(t, [self.config.block_m, self.config.block_k])
+
+        m, n, k, world = self.m_per_rank, self.n, self.k, self.world
+        a, b, out, ready = meta(m, k), meta(k, n), meta(world * m, n), meta(world, dtype=torch.int32)
+        common = dict(rank=self.rank, world=world, wait_ms=self.wait_ms, num_sms=self.num_sms)
+        if world == 1:
+            launches = [(ag_gemm_kernel, gemm_launch(self.config, desc(a), desc(a), b, out, ready, epoch=0, wait=False,
+                                                     **common))]  # fmt: skip
+        else:
+            launches = [(ag_gemm_kernel, gemm_launch(self.config, desc(a), desc(meta(world * m, k)), b, out, ready,
+                                                     epoch=1, wait=True, **common))]  # fmt: skip
+            if self.push != "copy_engine":
+                workspace, state = meta(WORKSPACE_BUFFERS, world * m, k), meta(state_words(world), dtype=torch.int32)
+                launch = sm_push_launch(self.config, desc(a), desc(workspace.view(-1, k)), b, out, a, workspace, ready,
+                                        state, **common)  # fmt: skip
+                launches.append((ag_gemm_sm_push_kernel, launch))
+        for fn, (grid, args, kwargs) in launches:
+            preload(fn, *args, grid=grid, **kwargs)
 
     def _require_host_epoch(self, what: str) -> None:
         """Raise RuntimeError naming ``what`` once the operator was captured in a CUDA graph: its replays
