@@ -15,8 +15,9 @@ Each op is timed eager (``op(...)``) and through its custom op (``torch.ops.trit
 ``--profile`` adds, for each op's eager call, the functions where its host time goes (cProfile, own
 µs per call), to read what to cut.
 
-Goals (``goals`` in the JSON): every op's host time per call within 1.5x the torch op's; AG-GEMM's
-torch.matmul time over its own time per call (host-bound loop, synchronised) >= 0.8.
+Goals (``goals`` in the JSON): every op's host time per call within 1.5x the torch op's (MegaMoE: the
+better of its two impls, both reported); AG-GEMM's torch.matmul time over its own time per call
+(host-bound loop, synchronised) >= 0.8.
 
 Usage, from the repository root on the GPU machine: ``python -m bench.host_cost [--calls N] [--profile]
 [--out FOLDER]``;
@@ -169,17 +170,20 @@ def megamoe_rows(calls: int, dev: torch.device, profile: bool) -> list[dict[str,
 
 
 def goals(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per op: eager host time over its torch op's (goal <= HOST_GOAL); for AG-GEMM also the torch.matmul
-    wall time over its own (goal >= AG_GEMM_SPEED_GOAL). Each op's first row is its torch op."""
+    """Per op: each eager path's host time over its torch op's (``host_ratios``; MegaMoE has two, one per
+    impl), and the best of them (``path``, ``host_ratio``; goal <= HOST_GOAL); for AG-GEMM also the
+    torch.matmul wall time over its eager call's (goal >= AG_GEMM_SPEED_GOAL). Each op's first row is its
+    torch op."""
     verdicts: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys(r["op"] for r in rows):
-        baseline, eager = (
-            next(r for r in rows if r["op"] == name and pick(r))
-            for pick in (lambda r: r["path"] not in ("eager", "torch.ops"), lambda r: r["path"] == "eager")
-        )
-        ratio = eager["host_us"] / baseline["host_us"]
-        verdicts[name] = {"host_ratio": ratio, "host_goal": f"<= {HOST_GOAL}", "host_met": ratio <= HOST_GOAL}
+        own = [r for r in rows if r["op"] == name]
+        baseline = own[0]
+        ratios = {r["path"]: r["host_us"] / baseline["host_us"] for r in own if r["path"].startswith("eager")}
+        best = min(ratios, key=ratios.__getitem__)
+        verdicts[name] = {"path": best, "host_ratio": ratios[best], "host_ratios": ratios,
+                          "host_goal": f"<= {HOST_GOAL}", "host_met": ratios[best] <= HOST_GOAL}  # fmt: skip
         if name == "allgather_gemm":
+            eager = next(r for r in own if r["path"] == "eager")
             speed = baseline["wall_us"] / eager["wall_us"]
             verdicts[name].update(
                 speed_vs_matmul=speed, speed_goal=f">= {AG_GEMM_SPEED_GOAL}", speed_met=speed >= AG_GEMM_SPEED_GOAL

@@ -20,13 +20,18 @@ def test_goals_compare_eager_with_the_ops_first_row():
         row("allgather_gemm", "torch.ops", 40.0, 40.0),  # not what the goals judge
         row("megamoe", "torch._grouped_mm", 10.0, 10.0),
         row("megamoe", "eager", 16.0, 16.0),
+        row("megamoe", "torch.ops", 17.0, 17.0),
+        row("megamoe", "eager persistent", 14.0, 14.0),
     ]
     verdicts = goals(rows)
     assert verdicts["allgather_gemm"]["host_ratio"] == pytest.approx(1.4) and verdicts["allgather_gemm"]["host_met"]
     assert verdicts["allgather_gemm"]["speed_vs_matmul"] == pytest.approx(0.75)
     assert not verdicts["allgather_gemm"]["speed_met"]
-    assert verdicts["megamoe"]["host_ratio"] == pytest.approx(1.6) and not verdicts["megamoe"]["host_met"]
+    assert verdicts["megamoe"]["host_ratios"] == pytest.approx({"eager": 1.6, "eager persistent": 1.4})
+    assert verdicts["megamoe"]["path"] == "eager persistent" and verdicts["megamoe"]["host_met"]  # the better impl
     assert "speed_vs_matmul" not in verdicts["megamoe"]
+    rows[-1]["host_us"] = 15.5
+    assert not goals(rows)["megamoe"]["host_met"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a GPU")
