@@ -15,7 +15,13 @@ for a tensor descriptor, same integer type for an integer the kernel does not sp
 kernel Triton would pick is the bound one, and the launch goes through the same ``CompiledKernel.run``
 call as Triton's, on the current stream, with Triton's launch hooks. Otherwise it raises ValueError
 naming the parameter. A varying integer the kernel specialises (not in ``do_not_specialize``) is
-refused at construction: its value would pick the kernel.
+refused at construction: its value would pick the kernel. A varying tensor-descriptor parameter also
+takes a tensor: the bound descriptor over that tensor, which must have the bound base's dtype and the
+descriptor's shape and strides, at a 16-byte aligned address.
+
+The launcher's ``launch`` is :class:`flat_launch.FlatLaunch` where Triton's launcher is one it knows:
+the bound arguments are flattened once, a bound CUDA tensor as its address (so it must keep its
+storage: no ``resize_`` or ``set_``), and a descriptor given as a tensor is encoded once per address.
 """
 
 from __future__ import annotations
