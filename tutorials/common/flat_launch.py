@@ -17,7 +17,8 @@ one, without the driver query.
 
 The launcher it calls, the descriptor positions and metadata are read from the closure of Triton's
 own wrapper (``wrap_handle_tensordesc``), which the module's tests compare it with on each supported
-Triton; :func:`flat_launch` returns None when that wrapper is not the one it knows.
+Triton; a kernel without descriptors has Triton's C launcher itself. :func:`flat_launch` returns None
+for anything else.
 """
 
 from __future__ import annotations
