@@ -71,20 +71,28 @@ class BoundArguments:
                     f"it; add it to the @triton.jit's do_not_specialize"
                 )
             flags = (param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment)
-            desc = value if isinstance(value, TensorDescriptor) else None
-            self._slots.append((i, name, flags, specialization[i], desc))
+            base = None  # for a descriptor: the dtype, shape and strides a tensor given in its place must have
+            if isinstance(value, TensorDescriptor):
+                base = (value.base.dtype, tuple(value.shape), tuple(value.strides))
+            self._slots.append((i, name, flags, specialization[i], base))
         self.positions = tuple(slot[0] for slot in self._slots)  # of the varying parameters, in fn's order
         # the varying descriptor parameters' bound descriptors, by position
-        self.descriptors = {slot[0]: slot[4] for slot in self._slots if slot[4] is not None}
+        self.descriptors = {slot[0]: self.values[slot[0]] for slot in self._slots if slot[4] is not None}
 
     def arguments(self, *values: Any) -> list[Any]:
         """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
         if len(values) != len(self._slots):
             raise ValueError(f"BoundLaunch({self.name}): {len(self._slots)} values expected, got {len(values)}")
         args = self.values.copy()
-        for (i, name, flags, bound_spec, desc), value in zip(self._slots, values, strict=True):
-            if desc is not None and isinstance(value, torch.Tensor):
-                _check_descriptor_base(self.name, name, desc, value)
+        for (i, name, flags, bound_spec, base), value in zip(self._slots, values, strict=True):
+            if base is not None and isinstance(value, torch.Tensor):
+                dtype, shape, strides = base
+                if value.dtype != dtype or value.shape != shape or value.stride() != strides or value.data_ptr() % 16:
+                    raise ValueError(
+                        f"BoundLaunch({self.name}): the tensor given for descriptor {name} is {value.dtype} "
+                        f"{tuple(value.shape)} with strides {value.stride()} at {value.data_ptr():#x}; the bound "
+                        f"descriptor needs {dtype} {shape} with strides {strides} at a 16-byte aligned address"
+                    )
                 args[i] = value
                 continue
             spec = native_specialize_impl(self._backend, value, *flags)
@@ -95,16 +103,6 @@ class BoundArguments:
                 )
             args[i] = value
         return args
-
-
-def _check_descriptor_base(kernel: str, name: str, desc: TensorDescriptor, tensor: torch.Tensor) -> None:
-    dtype, shape, strides = desc.base.dtype, tuple(desc.shape), tuple(desc.strides)
-    if tensor.dtype != dtype or tensor.shape != shape or tensor.stride() != strides or tensor.data_ptr() % 16:
-        raise ValueError(
-            f"BoundLaunch({kernel}): the tensor given for descriptor {name} is {tensor.dtype} "
-            f"{tuple(tensor.shape)} with strides {tensor.stride()} at {tensor.data_ptr():#x}; the bound "
-            f"descriptor needs {dtype} {shape} with strides {strides} at a 16-byte aligned address"
-        )
 
 
 class BoundLaunch:
