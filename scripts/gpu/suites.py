@@ -369,7 +369,7 @@ def launch_paths(gpus: int) -> Suite:
         Step("serving_w2", _torchrun(2, "examples.serving_blocks", "--json", "{dir}/serving.json"), 75,
              shared_gpu=True, env=shared),
         Step("host_cost", ("python3", "-m", "bench.host_cost", "--profile", "--out", "{dir}"), 60),
-    ], budget_s=560)  # fmt: skip
+    ], budget_s=540)  # fmt: skip
 
 
 def serving(gpus: int) -> Suite:
