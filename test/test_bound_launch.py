@@ -115,7 +115,7 @@ def test_allgather_gemm_launches_bind_with_their_per_call_arguments_varying():
         bound = BoundArguments(fn, args, kwargs, varying, BACKEND)
         (_, new_args, _), _ = second[fn]
         assert bound.positions == tuple(fn.arg_names.index(name) for name in varying)
-        got = bound.arguments(*(new_args[i] for i in bound.positions))  # what BoundLaunch.launch_from passes
+        got = bound.arguments(*(new_args[i] for i in bound.positions))  # the values at the varying positions
         want, _ = binder_values(fn, *new_args, **kwargs)
         assert got == want, fn.__name__
 

@@ -122,11 +122,6 @@ class BoundLaunch:
             self._run = copy.copy(self.kernel.run)
             self._run.launch = flat
 
-    def launch_from(self, args: Sequence[Any]) -> None:
-        """Launch with the varying parameters' values taken from ``args``, a whole positional argument list
-        of ``fn`` (its other values are not read: the bound ones are used)."""
-        self.launch(*(args[i] for i in self.bound.positions))
-
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""
         args = self.bound.arguments(*values)
