@@ -128,6 +128,39 @@ def sm_push_launch(
                   shard_bytes), kwargs  # fmt: skip
 
 
+def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _meta_desc(t: torch.Tensor, config: GemmConfig) -> TensorDescriptor:
+    return TensorDescriptor.from_tensor(t, [config.block_m, config.block_k])
+
+
+def meta_gemm_launch(
+    config: GemmConfig, dtype: torch.dtype, m_per_rank: int, n: int, k: int, *, epoch: int, rank: int, world: int,
+    wait_ms: int, num_sms: int, wait: bool,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """:func:`gemm_launch` on meta tensors of an operator's shapes (no GPU, nothing allocated): the launch
+    its calls bind, with the same specialisations (a meta tensor counts as 16-byte aligned, as the
+    operator's tensors must be)."""
+    a, gathered = _meta(m_per_rank, k, dtype=dtype), _meta(world * m_per_rank, k, dtype=dtype)
+    return gemm_launch(config, _meta_desc(a, config), _meta_desc(gathered, config), _meta(k, n, dtype=dtype),
+                       _meta(world * m_per_rank, n, dtype=dtype), _meta(world, dtype=torch.int32), epoch=epoch,
+                       rank=rank, world=world, wait_ms=wait_ms, num_sms=num_sms, wait=wait)  # fmt: skip
+
+
+def meta_sm_push_launch(
+    config: GemmConfig, dtype: torch.dtype, m_per_rank: int, n: int, k: int, *, rank: int, world: int, wait_ms: int,
+    num_sms: int,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any]]:
+    """:func:`sm_push_launch` on meta tensors of an operator's shapes, as :func:`meta_gemm_launch`."""
+    a, workspace = _meta(m_per_rank, k, dtype=dtype), _meta(WORKSPACE_BUFFERS, world * m_per_rank, k, dtype=dtype)
+    return sm_push_launch(config, _meta_desc(a, config), _meta_desc(workspace.view(-1, k), config),
+                          _meta(k, n, dtype=dtype), _meta(world * m_per_rank, n, dtype=dtype), a, workspace,
+                          _meta(world, dtype=torch.int32), _meta(state_words(world), dtype=torch.int32), rank=rank,
+                          world=world, wait_ms=wait_ms, num_sms=num_sms)  # fmt: skip
+
+
 def refuse_graph_capture(what: str) -> None:
     """Raise RuntimeError when the current stream is capturing a CUDA graph.
 
@@ -213,26 +246,11 @@ class AllGatherGEMM:
         operator's shapes and integers, which specialise as its real buffers do."""
         from triton_raw_ext import preload
 
-        def meta(*shape: int, dtype: torch.dtype = self.dtype) -> torch.Tensor:
-            return torch.empty(shape, dtype=dtype, device="meta")
-
-        def desc(t: torch.Tensor) -> TensorDescriptor:
-            return TensorDescriptor.from_tensor(t, [self.config.block_m, self.config.block_k])
-
-        m, n, k, world = self.m_per_rank, self.n, self.k, self.world
-        a, b, out, ready = meta(m, k), meta(k, n), meta(world * m, n), meta(world, dtype=torch.int32)
-        common = dict(rank=self.rank, world=world, wait_ms=self.wait_ms, num_sms=self.num_sms)
-        if world == 1:
-            launches = [(ag_gemm_kernel, gemm_launch(self.config, desc(a), desc(a), b, out, ready, epoch=0, wait=False,
-                                                     **common))]  # fmt: skip
-        else:
-            launches = [(ag_gemm_kernel, gemm_launch(self.config, desc(a), desc(meta(world * m, k)), b, out, ready,
-                                                     epoch=1, wait=True, **common))]  # fmt: skip
-            if self.push != "copy_engine":
-                workspace, state = meta(WORKSPACE_BUFFERS, world * m, k), meta(state_words(world), dtype=torch.int32)
-                launch = sm_push_launch(self.config, desc(a), desc(workspace.view(-1, k)), b, out, a, workspace, ready,
-                                        state, **common)  # fmt: skip
-                launches.append((ag_gemm_sm_push_kernel, launch))
+        shapes = (self.config, self.dtype, self.m_per_rank, self.n, self.k)
+        common = dict(rank=self.rank, world=self.world, wait_ms=self.wait_ms, num_sms=self.num_sms)
+        launches = [(ag_gemm_kernel, meta_gemm_launch(*shapes, epoch=1, wait=self.world > 1, **common))]
+        if self.world > 1 and self.push != "copy_engine":
+            launches.append((ag_gemm_sm_push_kernel, meta_sm_push_launch(*shapes, **common)))
         for fn, (grid, args, kwargs) in launches:
             preload(fn, *args, grid=grid, **kwargs)
 

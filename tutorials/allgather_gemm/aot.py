@@ -22,14 +22,12 @@ from typing import Any
 
 import torch
 from triton.compiler import ASTSource
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from triton_raw_ext.knobs import wait_timeout_ms
 
 from ..common.aot import compile_and_print, launch_source
-from .allgather_gemm import DTYPES, gemm_launch, sm_push_launch
+from .allgather_gemm import DTYPES, meta_gemm_launch, meta_sm_push_launch
 from .kernels import ag_gemm_kernel, ag_gemm_sm_push_kernel, ag_wait_all_kernel
-from .push import state_words
 from .schedule import CANDIDATE_CONFIGS, DEFAULT_CONFIG, GemmConfig
 
 H200_SMS = 132
@@ -44,25 +42,15 @@ def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
 def gemm_source(dtype: str = "bfloat16", config: GemmConfig = DEFAULT_CONFIG, wait: bool = True,
                 num_sms: int = H200_SMS) -> tuple[ASTSource, dict[str, Any]]:
     """(source, launch options) of the consumer GEMM as ``AllGatherGEMM.__call__`` launches it."""
-    m, n, k = SHAPE
-    a, gathered = _meta(m, k, dtype=DTYPES[dtype]), _meta(WORLD * m, k, dtype=DTYPES[dtype])
-    a_descs = [TensorDescriptor.from_tensor(t, [config.block_m, config.block_k]) for t in (a, gathered)]
-    b, out = _meta(k, n, dtype=DTYPES[dtype]), _meta(WORLD * m, n, dtype=DTYPES[dtype])
-    _, args, kwargs = gemm_launch(config, *a_descs, b, out, _meta(WORLD, dtype=torch.int32), epoch=EPOCH, rank=RANK,
-                                  world=WORLD, wait_ms=wait_timeout_ms(), num_sms=num_sms, wait=wait)  # fmt: skip
+    _, args, kwargs = meta_gemm_launch(config, DTYPES[dtype], *SHAPE, epoch=EPOCH, rank=RANK, world=WORLD,
+                                       wait_ms=wait_timeout_ms(), num_sms=num_sms, wait=wait)  # fmt: skip
     return launch_source(ag_gemm_kernel, *args, **kwargs)
 
 
 def sm_push_source(dtype: str = "bfloat16", num_sms: int = H200_SMS) -> tuple[ASTSource, dict[str, Any]]:
     """(source, launch options) of the SM-push GEMM as ``AllGatherGEMM.__call__`` launches it."""
-    m, n, k = SHAPE
-    config = DEFAULT_CONFIG
-    a, workspace = _meta(m, k, dtype=DTYPES[dtype]), _meta(2, WORLD * m, k, dtype=DTYPES[dtype])
-    descs = [TensorDescriptor.from_tensor(t, [config.block_m, config.block_k]) for t in (a, workspace.view(-1, k))]
-    b, out = _meta(k, n, dtype=DTYPES[dtype]), _meta(WORLD * m, n, dtype=DTYPES[dtype])
-    ready, state = _meta(WORLD, dtype=torch.int32), _meta(state_words(WORLD), dtype=torch.int32)
-    _, args, kwargs = sm_push_launch(config, *descs, b, out, a, workspace, ready, state, rank=RANK, world=WORLD,
-                                     wait_ms=wait_timeout_ms(), num_sms=num_sms)  # fmt: skip
+    _, args, kwargs = meta_sm_push_launch(DEFAULT_CONFIG, DTYPES[dtype], *SHAPE, rank=RANK, world=WORLD,
+                                          wait_ms=wait_timeout_ms(), num_sms=num_sms)  # fmt: skip
     return launch_source(ag_gemm_sm_push_kernel, *args, **kwargs)
 
 
