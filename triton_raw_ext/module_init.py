@@ -43,15 +43,12 @@ def _libcuda() -> ctypes.CDLL:
     return lib
 
 
-def _defines_global(module: int, symbol: bytes) -> bool:
-    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-    status = _libcuda().cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(module), symbol)
-    return status == CUDA_SUCCESS
-
-
 def holds_nvshmem_state(module: int) -> bool:
     """Whether the loaded CUmodule ``module`` defines NVSHMEM's device state."""
-    return _defines_global(module, STATE_SYMBOL)
+    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+    status = _libcuda().cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(module),
+                                             STATE_SYMBOL)
+    return status == CUDA_SUCCESS
 
 
 def _capturing() -> bool:
