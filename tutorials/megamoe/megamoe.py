@@ -67,7 +67,7 @@ from .quant import expert_weights, quantize_rows
 
 IMPLS = ("launches", "persistent")  # one call as 7-8 launches (and barriers), or as one persistent launch
 # The binding keys that change from call to call (call_bindings); every other binding is the layer's own
-PER_CALL_KEYS = ("logits", "x", "y", "T")  # call_values'
+PER_CALL_KEYS = ("logits", "x", "y", "T")  # the keys of call_values
 
 TORCH_DTYPES = {  # the buffer dtype names of config.MoEConfig
     "bfloat16": torch.bfloat16,
