@@ -3,11 +3,13 @@
 Every call of the library is compiled in one kernel per family through Triton's `llir` stage, in
 its per-program form and, for the untyped calls and a few element types, its elementwise form: the
 raw wrappers, Triton's inlining and the NVSHMEM link all run, and nothing of NVSHMEM is left
-undefined but the collectives kept for the object link, which NVSHMEM's device bitcode must define.
-Generating and assembling the inlined NVSHMEM code of every call would take minutes on two cores;
-kernels of every point-to-point call of those element types, in both forms, and of a barrier and a
-sync of each granularity go through LLVM's NVPTX backend, ptxas and nvlink to cubins, and the GPU suite
-(scripts/gpu/nvshmem_library_suite.py) compiles and runs every family.
+undefined but the collectives, which NVSHMEM's device bitcode must define. Those kernels leave the
+collectives to nvlink's object link, as where nvlink is usable: inlined, every collective of every
+element type would take minutes on two cores. The inlined form is compiled for every collective of
+one element type. Generating and assembling the inlined NVSHMEM code of every call would take
+minutes too; kernels of every point-to-point call of those element types, in both forms, and of a
+barrier and a sync of each granularity go through LLVM's NVPTX backend, ptxas and nvlink to cubins,
+and the GPU suite (scripts/gpu/nvshmem_library_suite.py) compiles and runs every family.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import RAW_FUNCTION, aot, aot_error, assert_nvshmem_linked, assert_raw_inlined, has_nvshmem
 
-from triton_raw_ext import RawCompileError
+from triton_raw_ext import RawCompileError, nvshmem_link
 from triton_raw_ext.cu_compiler import CompileSpec, compile_raw_library
 from triton_raw_ext.nvshmem_install import find_nvshmem
 from triton_raw_ext.nvshmem_objects import links_separately
@@ -120,19 +122,35 @@ def test_a_wrong_signature_in_the_table_does_not_compile(tmp_path):
         compile_raw_library(spec, uuid.uuid4().hex, 90)
 
 
-@pytest.mark.parametrize("family", calls.FAMILIES)
-def test_every_call_compiles(family, through_llir, tmp_path):
-    family_calls = lk.selected((family,))
-    c = aot(lk.every_call_kernel(family_calls, tmp_path, ASSEMBLED_TYPES), lk.SIGNATURE, {"BLOCK": lk.PER_THREAD})
+def _check_linked(c, family_calls: list[calls.Call], collectives: list[str]) -> None:
+    """``c`` (compiled through `llir`) inlines every raw function, records the NVSHMEM functions of
+    ``family_calls`` and leaves undefined only ``collectives``, which NVSHMEM's bitcode defines."""
     llir = c.asm["llir"]
     assert not RAW_FUNCTION.findall(llir), "a raw function survived Triton's inliner"
     assert set(c.metadata.raw_nvshmem) == _called(family_calls)
-    collectives = sorted(s for s in _called(family_calls) if links_separately(s)) if usable_nvlink(90) else []
     assert c.metadata.raw_nvshmem_objects == collectives
     undefined = set(re.findall(r"^declare [^@\n]*@(\w+)\(", llir, re.MULTILINE))
     assert not {s for s in undefined if s.startswith("nvshmem")} - set(collectives)
     if collectives:
         assert not set(collectives) - _nvshmem_defines()
+
+
+@pytest.mark.parametrize("family", calls.FAMILIES)
+def test_every_call_compiles(family, through_llir, tmp_path, monkeypatch):
+    monkeypatch.setattr(nvshmem_link, "usable_nvlink", lambda arch: True)  # collectives left for nvlink
+    family_calls = lk.selected((family,))
+    c = aot(lk.every_call_kernel(family_calls, tmp_path, ASSEMBLED_TYPES), lk.SIGNATURE, {"BLOCK": lk.PER_THREAD})
+    _check_linked(c, family_calls, sorted(s for s in _called(family_calls) if links_separately(s)))
+
+
+def test_collectives_are_inlined_without_nvlink(through_llir, tmp_path, monkeypatch):
+    """Where nvlink cannot link the collectives' objects, NVSHMEM's bitcode of every collective (each
+    reduction, each granularity) is inlined into the kernel."""
+    monkeypatch.setattr(nvshmem_link, "usable_nvlink", lambda arch: None)
+    collective = [c for c in lk.selected(calls.FAMILIES, ("uint64",)) if c.collective and c.family != "sync"]
+    assert {c.family for c in collective} >= {"broadcast", "alltoall", "fcollect", "reduce_sum", "reduce_and"}
+    c = aot(lk.every_call_kernel(collective, tmp_path, ()), lk.SIGNATURE, {"BLOCK": lk.PER_THREAD})
+    _check_linked(c, collective, [])
 
 
 def test_point_to_point_calls_assemble_and_link(tmp_path):
