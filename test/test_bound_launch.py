@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from conftest import requires_gpu  # noqa: E402
 from triton.compiler import make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
@@ -162,3 +163,40 @@ def test_allgather_gemm_preloads_the_kernels_its_calls_bind(monkeypatch, world, 
                                             wait=world > 1)  # fmt: skip
     assert call_kwargs == kwargs
     assert binder_values(fn, *args, **kwargs)[1] == binder_values(fn, *call_args, **call_kwargs)[1]
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _scaled_copy(src_desc, out, scale, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tile = src_desc.load([tl.program_id(0) * BLOCK, 0])
+    tl.store(out + rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :], tile * scale)
+
+
+@requires_gpu
+def test_bound_launch_without_and_with_an_enter_hook_runs_what_triton_runs(monkeypatch):
+    """Without an enter hook the flat list goes to the launcher as it is; with one the launch goes through
+    Triton's launcher with its metadata. Both compute what ``kernel[grid]`` does, on new tensors each call."""
+    from triton import knobs
+
+    from tutorials.common.bound_launch import BoundLaunch
+
+    block, rows = 32, 128
+    src = [torch.randn(rows, block, device="cuda") for _ in range(2)]
+    outs = [torch.empty(rows, block, device="cuda") for _ in range(2)]
+    desc = TensorDescriptor.from_tensor(src[0], [block, block])
+    bound = BoundLaunch(_scaled_copy, (rows // block,), (desc, outs[0], 2.0), {"BLOCK": block},
+                        ("src_desc", "out", "scale"))  # fmt: skip
+    assert bound.flat
+    bound.launch(src[1], outs[1], 3.0)
+    bound.launch(src[0], outs[0], -1.0)
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata))
+    hooked = torch.empty_like(outs[0])
+    bound.launch(src[1], hooked, 0.5)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    want = torch.empty_like(hooked)
+    _scaled_copy[(rows // block,)](TensorDescriptor.from_tensor(src[1], [block, block]), want, 0.5, BLOCK=block)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[1], src[1] * 3.0) and torch.equal(outs[0], -src[0])
+    assert torch.equal(hooked, want) and torch.equal(hooked, src[1] * 0.5)
+    assert len(seen) == 1

@@ -79,12 +79,12 @@ class BoundArguments:
         # the varying descriptor parameters' bound descriptors, by position
         self.descriptors = {slot[0]: self.values[slot[0]] for slot in self._slots if slot[4] is not None}
 
-    def arguments(self, *values: Any) -> list[Any]:
-        """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
+    def check(self, values: Sequence[Any]) -> None:
+        """Raise ValueError naming the parameter unless ``values`` (for the varying parameters, in
+        construction's order) give what the bound values gave, as the module docstring says."""
         if len(values) != len(self._slots):
             raise ValueError(f"BoundLaunch({self.name}): {len(self._slots)} values expected, got {len(values)}")
-        args = self.values.copy()
-        for (i, name, flags, bound_spec, base), value in zip(self._slots, values, strict=True):
+        for (_, name, flags, bound_spec, base), value in zip(self._slots, values, strict=True):
             if base is not None and isinstance(value, torch.Tensor):
                 dtype, shape, strides = base
                 if value.dtype != dtype or value.shape != shape or value.stride() != strides or value.data_ptr() % 16:
@@ -93,7 +93,6 @@ class BoundArguments:
                         f"{tuple(value.shape)} with strides {value.stride()} at {value.data_ptr():#x}; the bound "
                         f"descriptor needs {dtype} {shape} with strides {strides} at a 16-byte aligned address"
                     )
-                args[i] = value
                 continue
             spec = native_specialize_impl(self._backend, value, *flags)
             if spec != bound_spec:
@@ -101,6 +100,12 @@ class BoundArguments:
                     f"BoundLaunch({self.name}): {name} specialises as {spec}, not as when bound ({bound_spec}): "
                     "launch it through the kernel itself, or bind another BoundLaunch for it"
                 )
+
+    def arguments(self, *values: Any) -> list[Any]:
+        """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
+        self.check(values)
+        args = self.values.copy()
+        for i, value in zip(self.positions, values, strict=True):
             args[i] = value
         return args
 
@@ -114,16 +119,26 @@ class BoundLaunch:
         self.kernel = preload(fn, *args, grid=tuple(grid), **kwargs)
         self.grid = (*grid, 1, 1)[:3]
         self.bound = BoundArguments(fn, args, kwargs, varying, make_backend(driver.active.get_current_target()))
-        flat = flat_launch(self.kernel.run, self.bound.values, self.bound.positions)
-        self.flat = flat is not None  # else a descriptor given as a tensor is wrapped on every launch
-        if flat is None:
-            self._run = self.kernel.run
-        else:
+        self._flat = flat_launch(self.kernel.run, self.bound.values, self.bound.positions)
+        self.flat = self._flat is not None  # else a descriptor given as a tensor is wrapped on every launch
+        self._run = self.kernel.run
+        self._direct = None  # the kernel's launcher taking the flat list itself (launch's fast path)
+        if self._flat is not None:
             self._run = copy.copy(self.kernel.run)
-            self._run.launch = flat
+            self._run.launch = self._flat
+            self._direct = copy.copy(self.kernel.run)
+            self._direct.launch = self._flat.launcher
+        self._current_stream = driver.active.get_current_stream
 
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""
+        if self._direct is not None and knobs.runtime.launch_enter_hook is None:
+            # No enter hook: Triton's launch metadata is None, and the flat list goes to the launcher as it is.
+            self.bound.check(values)
+            stream = self._current_stream(torch._C._cuda_getDevice())
+            self._direct(*self.grid, stream, self.kernel.function, self.kernel.packed_metadata, None, None,
+                         knobs.runtime.launch_exit_hook, *self._flat.flat_values(values))  # fmt: skip
+            return
         args = self.bound.arguments(*values)
         if not self.flat:
             for i, desc in self.bound.descriptors.items():

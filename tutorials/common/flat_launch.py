@@ -49,9 +49,10 @@ def _wrapper_cells(launch: Any) -> dict[str, Any] | None:
 
 class FlatLaunch:
     """Drop-in for the ``launch`` attribute of one kernel's CUDA launcher (``CompiledKernel.run``):
-    called with the same arguments as Triton's wrapper, it calls the wrapped launcher with the same
-    flattened list, computed from ``values`` (the bound argument list) except at ``varying``
-    (positions into it)."""
+    called with the same arguments as Triton's wrapper, it calls the wrapped launcher (``launcher``)
+    with the same flattened list, computed from ``values`` (the bound argument list) except at
+    ``varying`` (positions into it). :meth:`flat_values` gives that list for the varying values alone,
+    for a launch that hands it to ``launcher`` itself."""
 
     def __init__(self, launcher: Callable[..., Any], descriptors: Sequence[int], metas: Sequence[Any],
                  expand: Callable[[Any, Any], list[Any]] | None, flat_base: int | None, values: Sequence[Any],
@@ -60,7 +61,7 @@ class FlatLaunch:
         ``expand(descriptor, meta)`` the backend's expansion; ``flat_base``: the number of leading launcher
         arguments when the kernel arguments follow them one by one (Triton 3.6), None when they come as
         one sequence, the last argument (3.7 and later)."""
-        self._launcher = launcher
+        self.launcher = launcher
         self._expand = expand
         self._flat_base = flat_base
         meta_at = {position: metas[i] for i, position in enumerate(descriptors)}
@@ -77,16 +78,20 @@ class FlatLaunch:
         self._expansions: dict[tuple[int, int], list[Any]] = {}
         self._count = len(values)
 
-    def flat_arguments(self, kernel_args: Sequence[Any]) -> list[Any]:
-        """The launcher's kernel arguments for the argument list ``kernel_args``."""
+    def flat_values(self, values: Sequence[Any]) -> list[Any]:
+        """The launcher's kernel arguments with ``values`` at the varying positions (in their order)."""
         flat = self.template.copy()
-        for position, offset, bound_desc, meta in self._slots:
-            value = kernel_args[position]
+        for (position, offset, bound_desc, meta), value in zip(self._slots, values, strict=True):
             if bound_desc is None:
                 flat[offset] = _address(value)
             else:
                 expansion = self._expansion(position, value, bound_desc, meta)
                 flat[offset : offset + len(expansion)] = expansion
+        return flat
+
+    def flat_arguments(self, kernel_args: Sequence[Any]) -> list[Any]:
+        """The launcher's kernel arguments for the argument list ``kernel_args``."""
+        flat = self.flat_values([kernel_args[slot[0]] for slot in self._slots])
         flat.extend(kernel_args[self._count :])  # arguments the launcher appends (Triton 3.9's sanitizer)
         return flat
 
@@ -105,8 +110,8 @@ class FlatLaunch:
 
     def __call__(self, *args: Any) -> Any:
         if self._flat_base is None:
-            return self._launcher(*args[:-1], self.flat_arguments(args[-1]))
-        return self._launcher(*args[: self._flat_base], *self.flat_arguments(args[self._flat_base :]))
+            return self.launcher(*args[:-1], self.flat_arguments(args[-1]))
+        return self.launcher(*args[: self._flat_base], *self.flat_arguments(args[self._flat_base :]))
 
 
 def flat_launch(run: Any, values: Sequence[Any], varying: Sequence[int]) -> FlatLaunch | None:
