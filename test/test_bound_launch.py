@@ -3,6 +3,8 @@ for the same call, and a value that would pick another kernel is refused (CPU: m
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -140,8 +142,6 @@ def test_a_descriptor_parameter_takes_a_tensor_of_the_bound_descriptors_shape():
 def test_allgather_gemm_preloads_the_kernels_its_calls_bind(monkeypatch, world, push, kernels):
     """AllGatherGEMM._preload (at construction: a module first loaded under graph capture fails it) loads
     each kernel a call of that world and push path binds, specialised as the call's arguments are."""
-    import types
-
     import triton_raw_ext
     from tutorials.allgather_gemm.allgather_gemm import AllGatherGEMM, gemm_launch
     from tutorials.allgather_gemm.schedule import DEFAULT_CONFIG as cfg
@@ -190,13 +190,35 @@ def test_bound_launch_without_and_with_an_enter_hook_runs_what_triton_runs(monke
     bound.launch(src[1], outs[1], 3.0)
     bound.launch(src[0], outs[0], -1.0)
     seen = []
-    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata))
+    hook = knobs.runtime.launch_enter_hook
+    if hasattr(hook, "calls"):  # a HookChain (Triton >= 3.6)
+        monkeypatch.setattr(hook, "calls", [seen.append])
+    else:
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", seen.append)
     hooked = torch.empty_like(outs[0])
     bound.launch(src[1], hooked, 0.5)
-    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    monkeypatch.undo()
     want = torch.empty_like(hooked)
     _scaled_copy[(rows // block,)](TensorDescriptor.from_tensor(src[1], [block, block]), want, 0.5, BLOCK=block)
     torch.cuda.synchronize()
     assert torch.equal(outs[1], src[1] * 3.0) and torch.equal(outs[0], -src[0])
     assert torch.equal(hooked, want) and torch.equal(hooked, src[1] * 0.5)
-    assert len(seen) == 1
+    assert len(seen) == 1 and seen[0].get()["name"] == "_scaled_copy"  # Triton's LazyDict
+
+
+def test_launch_hooks_count_as_set_only_when_they_call_something(monkeypatch):
+    from triton import knobs
+
+    from tutorials.common.bound_launch import launch_hooks_set
+
+    for name in ("launch_enter_hook", "launch_exit_hook"):
+        monkeypatch.setattr(knobs.runtime, name, None)
+    assert not launch_hooks_set()
+    chain = types.SimpleNamespace(calls=[])  # an empty HookChain, Triton's default from 3.6 on
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", chain)
+    assert not launch_hooks_set()
+    chain.calls.append(print)
+    assert launch_hooks_set()
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", None)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
+    assert launch_hooks_set()

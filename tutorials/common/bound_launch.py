@@ -132,12 +132,12 @@ class BoundLaunch:
 
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""
-        if self._direct is not None and knobs.runtime.launch_enter_hook is None:
-            # No enter hook: Triton's launch metadata is None, and the flat list goes to the launcher as it is.
+        if self._direct is not None and not launch_hooks_set():
+            # No hook to see the launch metadata: none is made, and the flat list goes to the launcher as it is.
             self.bound.check(values)
             stream = self._current_stream(torch._C._cuda_getDevice())
-            self._direct(*self.grid, stream, self.kernel.function, self.kernel.packed_metadata, None, None,
-                         knobs.runtime.launch_exit_hook, *self._flat.flat_values(values))  # fmt: skip
+            self._direct(*self.grid, stream, self.kernel.function, self.kernel.packed_metadata, None, None, None,
+                         *self._flat.flat_values(values))  # fmt: skip
             return
         args = self.bound.arguments(*values)
         if not self.flat:
@@ -147,11 +147,24 @@ class BoundLaunch:
         run_loaded(self.kernel, self.grid, args, self._run)
 
 
+def _calls_something(hook: Any) -> bool:
+    return hook is not None and bool(getattr(hook, "calls", True))  # an empty HookChain calls nothing
+
+
+def launch_hooks_set() -> bool:
+    """Whether Triton's launch enter or exit hook calls anything. From Triton 3.6 on each is a HookChain,
+    never None, and Triton makes the launch metadata and calls both chains on every launch, empty or not."""
+    return _calls_something(knobs.runtime.launch_enter_hook) or _calls_something(knobs.runtime.launch_exit_hook)
+
+
 def run_loaded(kernel: Any, grid: tuple[int, int, int], args: Sequence[Any], run: Any = None) -> None:
     """``kernel[grid](*args)`` for a compiled and loaded ``kernel`` (a ``CompiledKernel``), on the current
-    stream, with Triton's launch hooks, through ``run`` (default: the kernel's own launcher)."""
+    stream, with Triton's launch hooks when one is set, through ``run`` (default: the kernel's own launcher)."""
     # torch's current device without torch.cuda.current_device's lazy-init check: the kernel is loaded
     stream = driver.active.get_current_stream(torch._C._cuda_getDevice())
-    metadata = kernel.launch_metadata(grid, stream, *args)
-    (run or kernel.run)(*grid, stream, kernel.function, kernel.packed_metadata, metadata,
-                        knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)  # fmt: skip
+    if launch_hooks_set():
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        metadata = kernel.launch_metadata(grid, stream, *args)
+    else:
+        enter = leave = metadata = None
+    (run or kernel.run)(*grid, stream, kernel.function, kernel.packed_metadata, metadata, enter, leave, *args)

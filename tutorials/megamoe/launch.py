@@ -17,6 +17,7 @@ its staging rows to ``y``, and there is no reduce.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ class KernelLaunch:
         if not self.step:
             object.__setattr__(self, "step", self.name)
 
-    def arguments(self, bindings: dict[str, Any]) -> list[Any]:
+    def arguments(self, bindings: Mapping[str, Any]) -> list[Any]:
         """The kernel's runtime arguments, in order, from a call's ``bindings`` (key -> tensor or integer)."""
         return [None if key is None else bindings[key] for _, key in self.params]
 

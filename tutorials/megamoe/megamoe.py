@@ -36,6 +36,8 @@ import json
 import math
 import sys
 import time
+from collections import ChainMap
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -229,14 +231,15 @@ class MegaMoE:
             )
         self._rt.host_barrier()
 
-    def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
+    def _bindings(self, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> ChainMap[str, object]:
         if self._layer_bindings is None:  # the buffers, weights and integers of every call, merged once
             buffers = {**self.sym, **self.local, **self.weights}
             every = call_bindings(buffers, x, logits, y, self.cfg.world, self.rank, self.wait_ms)
             self._layer_bindings = {k: v for k, v in {**every, **self._extras}.items() if k not in PER_CALL_KEYS}
-        return {**self._layer_bindings, **call_values(x, logits, y)}
+        # the call's few values over the layer's many, not merged: a bound launch reads only the call's
+        return ChainMap(call_values(x, logits, y), self._layer_bindings)
 
-    def _launch(self, launch: KernelLaunch, bindings: dict[str, object]) -> None:
+    def _launch(self, launch: KernelLaunch, bindings: Mapping[str, object]) -> None:
         """Launch ``launch`` with ``bindings``: bound at its first launch (``BoundLaunch``: Triton's
         per-launch binding costs more host time than the launch), then only the per-call bindings change."""
         entry = self._bound.get(id(launch))
@@ -286,7 +289,7 @@ class MegaMoE:
         self.run(self._bindings(x, logits, y), t)
         return y
 
-    def run(self, bindings: dict[str, object], tokens: int, only: tuple[str, ...] = ()) -> None:
+    def run(self, bindings: Mapping[str, object], tokens: int, only: tuple[str, ...] = ()) -> None:
         """Enqueue the launches of one call (all, or just those ``only`` names, by kernel name or by step:
         the bf16 kernel names also select the fp8 kernels of the same steps). ``impl="persistent"``: the
         one launch of the call (``only`` must be empty)."""
