@@ -124,12 +124,14 @@ def test_allgather_gemm_launches_bind_with_their_per_call_arguments_varying():
 
 
 def test_a_descriptor_parameter_takes_a_tensor_of_the_bound_descriptors_shape():
-    """A varying descriptor given as its tensor (the bound descriptor over it): same dtype, shape and strides."""
+    """A varying descriptor given as its tensor (the bound descriptor over it): same dtype, shape and strides,
+    not in host memory."""
     desc = TensorDescriptor.from_tensor(meta(64, 128), [64, 64])
     bound = BoundArguments(_kernel, (meta(256), desc, 5, 32), {"BLOCK": 4}, ("x", "desc", "n"), BACKEND)
     t = meta(64, 128)
     assert bound.arguments(meta(256), t, 5)[1] is t and bound.descriptors == {1: desc}
-    for wrong in (meta(128, 128), meta(64, 128, dtype=torch.float16), meta(128, 64).t()):
+    on_host = torch.empty(64, 128, dtype=torch.bfloat16)
+    for wrong in (meta(128, 128), meta(64, 128, dtype=torch.float16), meta(128, 64).t(), on_host):
         with pytest.raises(ValueError, match=r"the tensor given for descriptor desc is .* the bound descriptor needs "
                                              r"torch.bfloat16 \(64, 128\) with strides \(128, 1\)"):  # fmt: skip
             bound.arguments(meta(256), wrong, 5)

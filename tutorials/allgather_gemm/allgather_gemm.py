@@ -266,7 +266,7 @@ class AllGatherGEMM:
         """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous
         tensor of that shape, of the operator's dtype, on its device."""
         for name, t, shape in inputs:
-            if tuple(t.shape) != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous():
+            if t.shape != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous():
                 raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
                                  f"{tuple(t.shape)} {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
 
@@ -325,10 +325,9 @@ class AllGatherGEMM:
         shape = (self.world * self.m_per_rank, self.n)
         if out is None:
             return torch.empty(shape, dtype=self.dtype, device=self.device)
-        if tuple(out.shape) != shape or out.dtype != self.dtype or not out.is_contiguous():
-            raise ValueError(
-                f"out must be a contiguous {shape} {self.dtype} tensor, got {tuple(out.shape)} {out.dtype}"
-            )
+        if out.shape != shape or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
+                             f"{tuple(out.shape)} {out.dtype} on {out.device} (contiguous={out.is_contiguous()})")
         return out
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

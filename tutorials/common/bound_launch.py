@@ -17,7 +17,7 @@ call as Triton's, on the current stream, with Triton's launch hooks. Otherwise i
 naming the parameter. A varying integer the kernel specialises (not in ``do_not_specialize``) is
 refused at construction: its value would pick the kernel. A varying tensor-descriptor parameter also
 takes a tensor: the bound descriptor over that tensor, which must have the bound base's dtype and the
-descriptor's shape and strides, at a 16-byte aligned address.
+descriptor's shape and strides, at a 16-byte aligned address, not in host memory.
 
 The launcher's ``launch`` is :class:`flat_launch.FlatLaunch` where Triton's launcher is one it knows:
 the bound arguments are flattened once, a bound CUDA tensor as its address (so it must keep its
@@ -87,11 +87,13 @@ class BoundArguments:
         for (_, name, flags, bound_spec, base), value in zip(self._slots, values, strict=True):
             if base is not None and isinstance(value, torch.Tensor):
                 dtype, shape, strides = base
-                if value.dtype != dtype or value.shape != shape or value.stride() != strides or value.data_ptr() % 16:
+                if (value.dtype != dtype or value.shape != shape or value.stride() != strides or value.data_ptr() % 16
+                        or value.is_cpu):  # fmt: skip
                     raise ValueError(
                         f"BoundLaunch({self.name}): the tensor given for descriptor {name} is {value.dtype} "
-                        f"{tuple(value.shape)} with strides {value.stride()} at {value.data_ptr():#x}; the bound "
-                        f"descriptor needs {dtype} {shape} with strides {strides} at a 16-byte aligned address"
+                        f"{tuple(value.shape)} with strides {value.stride()} at {value.data_ptr():#x} on "
+                        f"{value.device}; the bound descriptor needs {dtype} {shape} with strides {strides} at a "
+                        "16-byte aligned address in device memory"
                     )
                 continue
             spec = native_specialize_impl(self._backend, value, *flags)
