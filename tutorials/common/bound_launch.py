@@ -44,6 +44,14 @@ from triton_raw_ext import preload
 from .flat_launch import flat_launch
 
 
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
 class BoundArguments:
     """The argument list Triton's binder makes for ``fn(*args, **kwargs)`` (``backend``: the target's),
     with new values for the ``varying`` parameters checked as the module docstring says."""
@@ -73,7 +81,9 @@ class BoundArguments:
             flags = (param.is_const, not param.do_not_specialize, not param.do_not_specialize_on_alignment)
             base = None  # for a descriptor: the dtype, shape and strides a tensor given in its place must have
             if isinstance(value, TensorDescriptor):
-                base = (value.base.dtype, tuple(value.shape), tuple(value.strides))
+                shape, strides = tuple(value.shape), tuple(value.strides)
+                # contiguous strides are checked by is_contiguous(), which builds no tuple
+                base = (value.base.dtype, shape, strides, strides == _contiguous_strides(shape))
             self._slots.append((i, name, flags, specialization[i], base))
         self.positions = tuple(slot[0] for slot in self._slots)  # of the varying parameters, in fn's order
         # the varying descriptor parameters' bound descriptors, by position
@@ -86,9 +96,10 @@ class BoundArguments:
             raise ValueError(f"BoundLaunch({self.name}): {len(self._slots)} values expected, got {len(values)}")
         for (_, name, flags, bound_spec, base), value in zip(self._slots, values, strict=True):
             if base is not None and isinstance(value, torch.Tensor):
-                dtype, shape, strides = base
-                if (value.dtype != dtype or value.shape != shape or value.stride() != strides or value.data_ptr() % 16
-                        or value.is_cpu):  # fmt: skip
+                dtype, shape, strides, contiguous = base
+                if (value.dtype != dtype or value.shape != shape
+                        or not (value.is_contiguous() if contiguous else value.stride() == strides)
+                        or value.data_ptr() % 16 or value.is_cpu):  # fmt: skip
                     raise ValueError(
                         f"BoundLaunch({self.name}): the tensor given for descriptor {name} is {value.dtype} "
                         f"{tuple(value.shape)} with strides {value.stride()} at {value.data_ptr():#x} on "

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from triton.backends.nvidia import driver as nvidia_driver
 
-# Varying descriptors' expansions kept per launch: an op alternates between few buffers; past this
+# Varying descriptors' expansions kept per parameter: an op alternates between few buffers; past this
 # many the cache starts again, so a caller cycling through many buffers only loses the reuse.
 EXPANSIONS_KEPT = 64
 
@@ -73,20 +73,27 @@ class FlatLaunch:
                 self.template.extend(expand(value, meta_at[position]))  # type: ignore[misc]
             else:
                 self.template.append(_address(value))
-        # (position, offset in the flat list, descriptor bound there or None, its metadata)
-        self._slots = [(p, offsets[p], values[p] if p in meta_at else None, meta_at.get(p)) for p in varying]
-        self._expansions: dict[tuple[int, int], list[Any]] = {}
+        # (position, its span in the flat list, descriptor bound there or None, its metadata, its expansions kept
+        # by tensor address: None where not kept, without metadata the expansion holds the tensor itself)
+        self._slots = [
+            (p, offsets[p], offsets[p + 1] if p + 1 < len(values) else len(self.template),
+             values[p] if p in meta_at else None, meta_at.get(p), {} if meta_at.get(p) is not None else None)
+            for p in varying
+        ]  # fmt: skip
         self._count = len(values)
 
     def flat_values(self, values: Sequence[Any]) -> list[Any]:
         """The launcher's kernel arguments with ``values`` at the varying positions (in their order)."""
         flat = self.template.copy()
-        for (position, offset, bound_desc, meta), value in zip(self._slots, values, strict=True):
+        for (_, start, end, bound_desc, meta, kept), value in zip(self._slots, values, strict=True):
+            is_tensor = isinstance(value, torch.Tensor)
             if bound_desc is None:
-                flat[offset] = _address(value)
-            else:
-                expansion = self._expansion(position, value, bound_desc, meta)
-                flat[offset : offset + len(expansion)] = expansion
+                flat[start] = value.data_ptr() if is_tensor and value.is_cuda else value
+                continue
+            expansion = kept.get(value.data_ptr()) if is_tensor and kept is not None else None
+            if expansion is None:
+                expansion = self._expansion(value, bound_desc, meta, kept)
+            flat[start:end] = expansion
         return flat
 
     def flat_arguments(self, kernel_args: Sequence[Any]) -> list[Any]:
@@ -95,17 +102,14 @@ class FlatLaunch:
         flat.extend(kernel_args[self._count :])  # arguments the launcher appends (Triton 3.9's sanitizer)
         return flat
 
-    def _expansion(self, position: int, value: Any, bound_desc: Any, meta: Any) -> list[Any]:
+    def _expansion(self, value: Any, bound_desc: Any, meta: Any, kept: dict[int, list[Any]] | None) -> list[Any]:
         if not isinstance(value, torch.Tensor):  # a descriptor: its shape may not be the bound one's
             return self._expand(value, meta)
-        key = (position, value.data_ptr())
-        expansion = self._expansions.get(key) if meta is not None else None
-        if expansion is None:
-            expansion = self._expand(dataclasses.replace(bound_desc, base=value), meta)
-            if meta is not None:  # without metadata the expansion holds the tensor: never kept
-                if len(self._expansions) >= EXPANSIONS_KEPT:
-                    self._expansions.clear()
-                self._expansions[key] = expansion
+        expansion = self._expand(dataclasses.replace(bound_desc, base=value), meta)
+        if kept is not None:
+            if len(kept) >= EXPANSIONS_KEPT:
+                kept.clear()
+            kept[value.data_ptr()] = expansion
         return expansion
 
     def __call__(self, *args: Any) -> Any:
