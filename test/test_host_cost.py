@@ -10,7 +10,8 @@ from bench.host_cost import goals, main  # noqa: E402
 
 
 def row(op: str, path: str, host_us: float, wall_us: float) -> dict:
-    return {"op": op, "path": path, "host_us": host_us, "wall_us": wall_us, "gpu_us": 1.0}
+    return {"op": op, "path": path, "host_us": host_us, "wall_us": wall_us, "gpu_us": 1.0,
+            "host_rounds_us": [host_us], "wall_rounds_us": [wall_us]}  # fmt: skip
 
 
 def test_goals_compare_eager_with_the_ops_first_row():
@@ -30,8 +31,19 @@ def test_goals_compare_eager_with_the_ops_first_row():
     assert verdicts["megamoe"]["host_ratios"] == pytest.approx({"eager": 1.6, "eager persistent": 1.4})
     assert verdicts["megamoe"]["path"] == "eager persistent" and verdicts["megamoe"]["host_met"]  # the better impl
     assert "speed_vs_matmul" not in verdicts["megamoe"]
-    rows[-1]["host_us"] = 15.5
+    rows[-1]["host_rounds_us"] = [15.5]
     assert not goals(rows)["megamoe"]["host_met"]
+
+
+def test_ratios_are_taken_round_by_round():
+    """A host that slows down during the run slows both paths of a round: the paired ratio stays, while the
+    ratio of the medians would follow the drift."""
+    baseline, eager = row("allgather_gemm", "torch.matmul", 0, 0), row("allgather_gemm", "eager", 0, 0)
+    baseline["host_rounds_us"], eager["host_rounds_us"] = [10.0, 20.0, 30.0], [30.0, 13.0, 20.0]
+    baseline["wall_rounds_us"], eager["wall_rounds_us"] = [10.0, 20.0, 30.0], [12.5, 25.0, 37.5]
+    verdict = goals([baseline, eager])["allgather_gemm"]
+    assert verdict["host_ratio"] == pytest.approx(20.0 / 30.0)  # rounds: 3.0, 0.65, 0.667
+    assert verdict["speed_vs_matmul"] == pytest.approx(0.8) and verdict["speed_met"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a GPU")

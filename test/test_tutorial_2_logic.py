@@ -202,9 +202,11 @@ def test_baseline_gemm_refusals_name_the_tensor_and_the_reason():
     op.m_per_rank, op.n, op.k, op.world, op.rank, op.epoch = 64, 32, 48, 2, 1, 0
     op.dtype, op.device = torch.bfloat16, torch.device("cpu")
     b = torch.zeros(48, 32, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"gathered must be a contiguous \(128, 48\) torch.bfloat16 tensor on cpu, "
-                                         r"got \(64, 48\)"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"gathered must be a contiguous \(128, 48\) torch.bfloat16 tensor on cpu at "
+                                         r"a 16-byte aligned address, got \(64, 48\)"):  # fmt: skip
         op.gemm(torch.zeros(64, 48, dtype=torch.bfloat16), b)
+    with pytest.raises(ValueError, match=r"gathered must be .* aligned address, got \(128, 48\) .* at 0x\w*[^0]$"):
+        op.gemm(torch.zeros(128 * 48 + 1, dtype=torch.bfloat16)[1:].view(128, 48), b)
     with pytest.raises(ValueError, match=r"b must be a contiguous \(48, 32\)"):
         op.gemm(torch.zeros(128, 48, dtype=torch.bfloat16), b.t().contiguous().t())
     with pytest.raises(ValueError, match=r"gemm\(checks=True\) needs world > 1 and a completed call"):

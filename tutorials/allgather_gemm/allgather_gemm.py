@@ -81,6 +81,8 @@ def _distributed_world(group: Any) -> tuple[int, int]:
 
 # The parameters of each kernel that change from call to call; the rest are the operator's own.
 GEMM_PER_CALL = ("local_desc", "gathered_desc", "b_desc", "c_desc", "epoch")
+# At world 1 the peers' loop has no tile and nothing waits: gathered_desc and the epoch are never read.
+GEMM_PER_CALL_ONE_RANK = ("local_desc", "b_desc", "c_desc")
 SM_PUSH_PER_CALL = ("local_desc", "b_desc", "c_desc", "a_ptr")
 
 
@@ -204,8 +206,11 @@ class AllGatherGEMM:
         self._sm_push: BoundLaunch | None = None  # the SM-push GEMM, bound at its first call
         self.wait_ms = wait_timeout_ms()  # the bound of the kernels' waits on peers' flags
         self._own_rows = slice(self.rank * m_per_rank, (self.rank + 1) * m_per_rank)  # of the gathered A
-        if self.world == 1:  # no remote tile: the kernel's flag pointer is never read
+        self._output_like = torch.empty((1, 1), dtype=dtype, device=self.device).expand(self.world * m_per_rank,
+                                                                                        n_per_rank)
+        if self.world == 1:  # no remote tile: the kernel's flag pointer and peers' rows are never read
             self.ready = torch.zeros(1, dtype=torch.int32, device=self.device)
+            self._no_peer_rows = torch.empty((config.block_m, config.block_k), dtype=dtype, device=self.device)
             self._preload()
             self.handle = op_registry.register(self)
             return
@@ -263,12 +268,15 @@ class AllGatherGEMM:
                                "a separate AllGatherGEMM for eager calls")
 
     def _check(self, *inputs: tuple[str, torch.Tensor, tuple[int, int]]) -> None:
-        """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous
-        tensor of that shape, of the operator's dtype, on its device."""
+        """Raise ValueError naming the first of ``(name, tensor, shape)`` that is not a contiguous tensor of
+        that shape, of the operator's dtype, on its device, at a 16-byte aligned address (what the GEMM's
+        descriptors need: its launches then check nothing again)."""
         for name, t, shape in inputs:
-            if t.shape != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous():
-                raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
-                                 f"{tuple(t.shape)} {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
+            if (t.shape != shape or t.dtype != self.dtype or t.device != self.device or not t.is_contiguous()
+                    or t.data_ptr() % 16):  # fmt: skip
+                raise ValueError(f"{name} must be a contiguous {shape} {self.dtype} tensor on {self.device} at a "
+                                 f"16-byte aligned address, got {tuple(t.shape)} {t.dtype} on {t.device} "
+                                 f"(contiguous={t.is_contiguous()}) at {t.data_ptr():#x}")
 
     def _a_desc(self, a: torch.Tensor) -> TensorDescriptor:
         return TensorDescriptor.from_tensor(a, [self.config.block_m, self.config.block_k])
@@ -301,15 +309,20 @@ class AllGatherGEMM:
                 wait: bool) -> None:  # fmt: skip
         """The GEMM of this rank's rows ``a`` and every rank's rows ``gathered`` times ``b`` into ``out``, with
         ready checks if ``wait``. Bound at its first call (``BoundLaunch``: Triton's per-launch binding costs
-        more host time than the launch); later calls pass only the tensors, in place of their descriptors,
-        and the epoch."""
+        more host time than the launch); later calls pass only the tensors, checked by :meth:`_check`, in place
+        of their descriptors, and the epoch."""
         bound = self._gemms.get(wait)
         if bound is None:
-            grid, args, kwargs = gemm_launch(self.config, self._a_desc(a), self._a_desc(gathered), b, out, self.ready,
+            peer_rows = self._a_desc(gathered if self.world > 1 else self._no_peer_rows)
+            grid, args, kwargs = gemm_launch(self.config, self._a_desc(a), peer_rows, b, out, self.ready,
                                              epoch=self.epoch, rank=self.rank, world=self.world, wait_ms=self.wait_ms,
                                              num_sms=self.num_sms, wait=wait)  # fmt: skip
-            bound = self._gemms[wait] = BoundLaunch(ag_gemm_kernel, grid, args, kwargs, GEMM_PER_CALL)
-        bound.launch(a, gathered, b, out, self.epoch)
+            varying = GEMM_PER_CALL if self.world > 1 else GEMM_PER_CALL_ONE_RANK
+            bound = self._gemms[wait] = BoundLaunch(ag_gemm_kernel, grid, args, kwargs, varying)
+        if self.world > 1:
+            bound.launch_checked(a, gathered, b, out, self.epoch)
+        else:
+            bound.launch_checked(a, b, out)
 
     def _launch_sm_push(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         """The SM-push GEMM of one call, bound at its first call like :meth:`_launch`."""
@@ -319,15 +332,14 @@ class AllGatherGEMM:
                 rank=self.rank, world=self.world, wait_ms=self.wait_ms, num_sms=self.num_sms,
             )  # fmt: skip
             self._sm_push = BoundLaunch(ag_gemm_sm_push_kernel, grid, args, kwargs, SM_PUSH_PER_CALL)
-        self._sm_push.launch(a, b, out, a)
+        self._sm_push.launch_checked(a, b, out, a)
 
     def _output(self, out: torch.Tensor | None) -> torch.Tensor:
-        shape = (self.world * self.m_per_rank, self.n)
         if out is None:
-            return torch.empty(shape, dtype=self.dtype, device=self.device)
-        if out.shape != shape or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {shape} {self.dtype} tensor on {self.device}, got "
-                             f"{tuple(out.shape)} {out.dtype} on {out.device} (contiguous={out.is_contiguous()})")
+            # empty_like of one element expanded to the output's shape gives a contiguous output, with less
+            # argument parsing than torch.empty(shape, dtype=, device=)
+            return torch.empty_like(self._output_like)
+        self._check(("out", out, tuple(self._output_like.shape)))
         return out
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

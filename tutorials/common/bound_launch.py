@@ -117,6 +117,10 @@ class BoundArguments:
     def arguments(self, *values: Any) -> list[Any]:
         """Every argument of a launch with ``values`` for the varying parameters (construction's order)."""
         self.check(values)
+        return self.with_values(values)
+
+    def with_values(self, values: Sequence[Any]) -> list[Any]:
+        """:meth:`arguments` for ``values`` already checked."""
         args = self.values.copy()
         for i, value in zip(self.positions, values, strict=True):
             args[i] = value
@@ -145,14 +149,19 @@ class BoundLaunch:
 
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""
+        self.bound.check(values)
+        self.launch_checked(*values)
+
+    def launch_checked(self, *values: Any) -> None:
+        """:meth:`launch` for ``values`` the caller has checked as :meth:`BoundArguments.check` does (an op
+        that checks its inputs at its entry): they are not checked again."""
         if self._direct is not None and not launch_hooks_set():
             # No hook to see the launch metadata: none is made, and the flat list goes to the launcher as it is.
-            self.bound.check(values)
             stream = self._current_stream(torch._C._cuda_getDevice())
             self._direct(*self.grid, stream, self.kernel.function, self.kernel.packed_metadata, None, None, None,
                          *self._flat.flat_values(values))  # fmt: skip
             return
-        args = self.bound.arguments(*values)
+        args = self.bound.with_values(values)
         if not self.flat:
             for i, desc in self.bound.descriptors.items():
                 if isinstance(args[i], torch.Tensor):
