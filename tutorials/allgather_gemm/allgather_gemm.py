@@ -185,7 +185,9 @@ class AllGatherGEMM:
     multiple of ``config.block_m``. ``push``: how the shard reaches the peers at world > 1,
     ``"copy_engine"`` (eager only), ``"sm"`` (CUDA-graph capturable) or ``"auto"`` (push.py).
     ``handle`` reaches it from the custom op ``triton_raw_ext::allgather_gemm`` (torch_op) until
-    :meth:`close`.
+    :meth:`close`. A call's ``a``, ``b`` and ``out`` must be contiguous tensors of the operator's
+    shapes and dtype on its device, at 16-byte aligned addresses (what TMA reads and writes), or it
+    raises ValueError naming the tensor.
     """
 
     def __init__(self, m_per_rank: int, n_per_rank: int, k: int, dtype: torch.dtype = torch.bfloat16,
