@@ -18,10 +18,13 @@ naming the parameter. A varying integer the kernel specialises (not in ``do_not_
 refused at construction: its value would pick the kernel. A varying tensor-descriptor parameter also
 takes a tensor: the bound descriptor over that tensor, which must have the bound base's dtype and the
 descriptor's shape and strides, at a 16-byte aligned address, not in host memory.
+``launch_checked`` skips these checks, for a caller that makes them itself at its own entry.
 
 The launcher's ``launch`` is :class:`flat_launch.FlatLaunch` where Triton's launcher is one it knows:
 the bound arguments are flattened once, a bound CUDA tensor as its address (so it must keep its
 storage: no ``resize_`` or ``set_``), and a descriptor given as a tensor is encoded once per address.
+While no launch hook calls anything, no launch metadata is made and the flat list goes to Triton's
+launcher as it is.
 """
 
 from __future__ import annotations
