@@ -151,6 +151,28 @@ def test_persistent_kernel_compiles_with_wgmma_tma_and_bounded_waits(precision, 
         assert_no_spills(ptx, tmp_path)
 
 
+@pytest.mark.nvshmem
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_persistent_kernel_with_tma_a_loads_l1s_rows_through_tma(precision, tmp_path):
+    """``tma_a``: L1's A rows come through a descriptor too (one more descriptor load than the weights and h
+    the knobs name), and the kernel still fits in shared memory, pipelines its wgmma and does not spill."""
+    import dataclasses
+
+    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
+
+    cfg = dataclasses.replace(aot.REPRESENTATIVE, precision=precision, world=1, num_experts=16)
+    pc = dataclasses.replace(choose_persistent(cfg), tma_a=True)
+    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
+    options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32), options=options)
+    weights = (1 if precision == "fp8" else 2) * pc.tma_w1 + pc.tma_w2  # bf16 L1: gate and up, two loads
+    assert compiled.asm["ttir"].count("tt.descriptor_load") == weights + pc.tma_h + 1
+    assert compiled.metadata.shared <= SHARED_LIMIT
+    assert_wgmma_pipelined(compiled.asm["ptx"], tmp_path)
+    if precision == "bf16" or triton.__version__.startswith("3.6."):
+        assert_no_spills(compiled.asm["ptx"], tmp_path)
+
+
 @pytest.mark.parametrize("name", ["moe_l1_swiglu", "moe_l2", "moe_gemms", *FP8_GEMMS])
 def test_grouped_gemm_tiles_do_not_spill(name, tmp_path):
     """The tiles the layer picks keep every GEMM's registers out of local memory (ptxas -v, sm_90a):

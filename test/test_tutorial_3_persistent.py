@@ -171,6 +171,9 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
                           132)  # fmt: skip
     assert persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True),
                              132).constexprs["HALF_TAIL"] is True  # fmt: skip
+    with pytest.raises(ValueError, match="tma_a needs half_tail=False"):
+        persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_a=True),
+                          132)  # fmt: skip
 
 
 def test_default_knobs():
@@ -221,6 +224,22 @@ def test_trace_knob_adds_the_trace_buffer_and_binds_it():
     assert ("trace", (n_items, len(persistent.TRACE_FIELDS)), "int64") in local
     assert dict(launch.params)["trace_ptr"] == "trace" and launch.constexprs["TRACE"] is True
     assert "trace" not in {n for n, _, _ in persistent_buffers(PRODUCTION, choose_persistent(PRODUCTION))[1]}
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_tma_a_knob_adds_the_sorted_rows_and_binds_their_descriptor(precision):
+    """tma_a: a [pair capacity, H] buffer of the operand dtype, its pointer for dispatch and a descriptor of
+    [block_m, K step] boxes for L1; without it both parameters are None."""
+    cfg = dataclasses.replace(PRODUCTION, precision=precision)
+    pc = dataclasses.replace(choose_persistent(cfg), tma_a=True)
+    _, local = persistent_buffers(cfg, pc)
+    assert ("a_sorted", (cfg.pair_capacity, cfg.hidden), cfg.operand_dtype) in local
+    keys = dict(persistent_launch(cfg, pc, 132).params)
+    assert (keys["a_sorted"], keys["a_op"]) == ("a_sorted", "a_desc")
+    desc = meta_bindings(cfg, pc)["a_desc"]
+    assert desc.block_shape == [pc.block_m, pc.block_k] and tuple(desc.shape) == (cfg.pair_capacity, cfg.hidden)
+    plain = dict(persistent_launch(cfg, choose_persistent(cfg), 132).params)
+    assert (plain["a_sorted"], plain["a_op"]) == (None, None)
 
 
 def test_trace_summary_per_region():

@@ -276,9 +276,8 @@ def t3_trace(gpus: int) -> Suite:
     sharing the GPU."""
     trace = ("python3", "-m", f"{T3}.trace_persistent")
     steps = []
-    # Default knob sets: the bf16 GEMM-side candidates the last trace pointed at, and fp8's 128-wide L2 tiles.
-    bf16_sets = "half_tail=1;num_stages=4;block_k=128 num_stages=2"
-    for precision, default in (("bf16", bf16_sets), ("fp8", "num_stages=3;block_n2=128")):
+    # Default knob sets: L1's A rows in pair order through TMA, alone and (bf16) beside 64-row tail tiles.
+    for precision, default in (("bf16", "tma_a=1;half_tail=1"), ("fp8", "tma_a=1")):
         sets = ["", *os.environ.get(f"T3_TRACE_{precision.upper()}", default).split(";")]
         configs = [arg for c in sets for arg in ("--config", c.strip())]
         steps.append(Step(f"trace_{precision}", (*trace, "--precision", precision, *configs, "--json",

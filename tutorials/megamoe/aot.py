@@ -23,7 +23,7 @@ from ..common.aot import compile_and_print, launch_source
 from .config import MoEConfig, choose_tiles, choose_tiles_fp8
 from .launch import KernelLaunch, barrier_launch, launches
 from .megamoe import meta_bindings
-from .persistent_launch import choose_persistent, persistent_launch
+from .persistent_launch import PersistentConfig, choose_persistent, persistent_launch
 
 REPRESENTATIVE = MoEConfig(hidden=4096, intermediate=1536, num_experts=32, top_k=8, max_tokens=512, world=2)
 REPRESENTATIVES = (REPRESENTATIVE, dataclasses.replace(REPRESENTATIVE, precision="fp8"))
@@ -57,13 +57,13 @@ def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str,
     return [(launch.name, ast_source(launch, cfg)) for cfg, launch in all_launches(configs)]
 
 
-def ast_source(launch: KernelLaunch, cfg: MoEConfig) -> ASTSource:
-    """The launch as the layer makes it in a layer of ``cfg``, with its bindings
-    (:func:`megamoe.meta_bindings`; a persistent launch's knobs must be the default ones), as Triton's JIT
-    specialises it (every pointer 16-byte aligned, as torch's and NVSHMEM's allocations are): without the
-    alignment Triton could not use 16-byte and asynchronous copies, the GEMMs would not be
-    software-pipelined, and the compiled code would not be the code that runs."""
-    source, _ = launch_source(launch.fn, *launch.arguments(meta_bindings(cfg)), **launch.constexprs,
+def ast_source(launch: KernelLaunch, cfg: MoEConfig, persistent: PersistentConfig | None = None) -> ASTSource:
+    """The launch as the layer makes it in a layer of ``cfg``, with its bindings (:func:`megamoe.meta_bindings`;
+    a persistent launch's knobs are ``persistent``, default the layer's), as Triton's JIT specialises it
+    (every pointer 16-byte aligned, as torch's and NVSHMEM's allocations are): without the alignment
+    Triton could not use 16-byte and asynchronous copies, the GEMMs would not be software-pipelined, and
+    the compiled code would not be the code that runs."""
+    source, _ = launch_source(launch.fn, *launch.arguments(meta_bindings(cfg, persistent)), **launch.constexprs,
                               num_warps=launch.num_warps, num_stages=launch.num_stages)  # fmt: skip
     return source
 

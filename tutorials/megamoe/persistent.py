@@ -220,7 +220,7 @@ def moe_persistent(
     comb_flag_sym,
     slot_ptr, recv_x, recv_ids, recv_w, recv_n, layout_ptr, sorted_row, inv_pos,
     a_src, h_ptr, h_op, y_pair, staging, sched_ptr, epoch_ptr, w1_op, w2_op,
-    T, me, wait_ms, item_begin, item_end, trace_ptr,
+    T, me, wait_ms, item_begin, item_end, trace_ptr, a_sorted, a_op,
     xs_sym, recv_xs, a_scale, hs_ptr, w1s_ptr, w2s_ptr,
     H: tl.constexpr, INTER: tl.constexpr, E: tl.constexpr, E_P2: tl.constexpr, K: tl.constexpr,
     K_P2: tl.constexpr, E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr, W_P2: tl.constexpr,
@@ -232,7 +232,7 @@ def moe_persistent(
     BLOCK_HR: tl.constexpr, PLAN_START: tl.constexpr, LAYOUT_START: tl.constexpr, DISPATCH_START: tl.constexpr,
     L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
     N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr, TRACE: tl.constexpr,
-    HALF_TAIL: tl.constexpr,
+    HALF_TAIL: tl.constexpr, TMA_A: tl.constexpr, BLOCK_HA: tl.constexpr,
 ):  # fmt: skip
     """One call of the layer on this rank: every program takes items until none is left (module
     docstring). bf16 passes None for the fp8 scale buffers (the last six). ``a_src`` / ``a_scale`` are the
@@ -240,7 +240,10 @@ def moe_persistent(
     ``w1_op`` / ``w2_op`` are tensor descriptors where TMA_H / TMA_W1 / TMA_W2, else the tensors;
     ``staging`` is y at world 1 (the combine writes it). TRACE: each item writes its row of ``trace_ptr``
     (:data:`TRACE_FIELDS`, %globaltimer ns and %smid); else ``trace_ptr`` is None. HALF_TAIL (bf16): a
-    GEMM tile with at most BLOCK_M / 2 pairs left in its expert runs as a BLOCK_M / 2-row tile."""
+    GEMM tile with at most BLOCK_M / 2 pairs left in its expert runs as a BLOCK_M / 2-row tile. TMA_A:
+    dispatch copies each pair's row of ``a_src`` to its layout position in ``a_sorted`` (BLOCK_HA columns at
+    a time), and L1 loads those rows through the descriptor ``a_op``; else both are None and L1 gathers
+    the rows of ``a_src``."""
     N1: tl.constexpr = INTER // BLOCK_N1
     N2: tl.constexpr = H // BLOCK_N2
     PAIR_COUNT: tl.constexpr = COMB_DONE + WORLD  # per expert: this call's pairs to it so far (route items)
@@ -267,8 +270,8 @@ def moe_persistent(
         elif item < L1_START:
             _dispatch_item(item - DISPATCH_START, me, wait_ms, x_sym, xs_sym, ids_sym, w_sym, rank_sym, send_idx_sym,
                            recv_x, recv_xs, recv_ids, recv_w, recv_n, layout_ptr, sorted_row, inv_pos, sched_ptr,
-                           sched_ptr + LANDED, H, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX, FP8, PULL, BLOCK_M,
-                           DISPATCH_ROWS)  # fmt: skip
+                           sched_ptr + LANDED, a_src, a_sorted, H, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX, FP8, PULL,
+                           BLOCK_M, DISPATCH_ROWS, TMA_A, BLOCK_HA)  # fmt: skip
         elif item < L2_START:
             idx = item - L1_START
             n_mt = _m_tiles(layout_ptr, sched_ptr, me, wait_ms)
@@ -282,14 +285,14 @@ def moe_persistent(
                 if TRACE:
                     tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
                 if FP8:
-                    _l1_tile_fp8(a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end,
-                                 pid_n, H, INTER, BLOCK_M, TMA_W1)  # fmt: skip
+                    _l1_tile_fp8(a_src, a_op, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0,
+                                 row_end, pid_n, H, INTER, BLOCK_M, TMA_W1, TMA_A)  # fmt: skip
                 elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:  # an expert's last tile, half full or less
-                    _l1_tile_bf16(a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER,
-                                  BLOCK_M // 2, BLOCK_N1, BLOCK_K, TMA_W1)  # fmt: skip
+                    _l1_tile_bf16(a_src, a_op, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER,
+                                  BLOCK_M // 2, BLOCK_N1, BLOCK_K, TMA_W1, False)  # fmt: skip
                 else:
-                    _l1_tile_bf16(a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER, BLOCK_M,
-                                  BLOCK_N1, BLOCK_K, TMA_W1)  # fmt: skip
+                    _l1_tile_bf16(a_src, a_op, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER,
+                                  BLOCK_M, BLOCK_N1, BLOCK_K, TMA_W1, TMA_A)  # fmt: skip
                 _release(sched_ptr + L1_DONE + pid_m)
         elif item < COMBINE_START:
             idx = item - L2_START
@@ -511,14 +514,15 @@ def _pair_tiles(layout_ptr, e, pos, owned, EL_P2: tl.constexpr, BLOCK_M: tl.cons
 @triton.jit
 def _dispatch_item(
     idx, me, wait_ms, x_sym, xs_sym, ids_sym, w_sym, rank_sym, send_idx_sym, recv_x, recv_xs, recv_ids, recv_w,
-    recv_n, layout_ptr, sorted_row, inv_pos, sched_ptr, landed_ptr, H: tl.constexpr, K: tl.constexpr,
-    K_P2: tl.constexpr,
-    E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr, T_MAX: tl.constexpr, FP8: tl.constexpr,
-    PULL: tl.constexpr, BLOCK_M: tl.constexpr, DISPATCH_ROWS: tl.constexpr,
+    recv_n, layout_ptr, sorted_row, inv_pos, sched_ptr, landed_ptr, a_src, a_sorted, H: tl.constexpr,
+    K: tl.constexpr, K_P2: tl.constexpr, E_LOC: tl.constexpr, EL_P2: tl.constexpr, WORLD: tl.constexpr,
+    T_MAX: tl.constexpr, FP8: tl.constexpr, PULL: tl.constexpr, BLOCK_M: tl.constexpr, DISPATCH_ROWS: tl.constexpr,
+    TMA_A: tl.constexpr, BLOCK_HA: tl.constexpr,
 ):  # fmt: skip
     """Slots [blk * DISPATCH_ROWS, +DISPATCH_ROWS) of source src (this rank's own first): pull each token
     row into received row src * T_MAX + slot (PULL: world > 1), copy its routing, place its pairs at
-    their layout positions (sorted_row, inv_pos), then count them landed in their M tiles."""
+    their layout positions (sorted_row, inv_pos; TMA_A: their rows of ``a_src`` into ``a_sorted`` too),
+    then count them landed in their M tiles."""
     BLOCKS: tl.constexpr = (T_MAX + DISPATCH_ROWS - 1) // DISPATCH_ROWS
     src = (me + idx // BLOCKS) % WORLD
     slot0 = (idx % BLOCKS) * DISPATCH_ROWS
@@ -558,6 +562,16 @@ def _dispatch_item(
         tl.store(sorted_row + pos, (rows[:, None] + tl.zeros_like(kk)[None, :]).to(tl.int32), mask=owned)
         tl.store(inv_pos + out, tl.where(owned, pos, -1), mask=mk)
         tile = _pair_tiles(layout_ptr, e, pos, owned, EL_P2, BLOCK_M)
+        if TMA_A:
+            tl.debug_barrier()  # the rows pulled, by every thread, before they are read
+            for c in range(0, H, BLOCK_HA):
+                cols = c + tl.arange(0, BLOCK_HA)
+                vals = tl.load(a_src + rows[:, None] * H + cols[None, :], mask=live[:, None], cache_modifier=".cg")
+                for j in tl.static_range(K):  # each pair of the rows: column j of pos / owned
+                    at_j = kk[None, :] == j
+                    pos_j = tl.sum(tl.where(at_j, pos, 0), axis=1).to(tl.int64)
+                    owned_j = tl.sum(tl.where(at_j & owned, 1, 0), axis=1) > 0
+                    tl.store(a_sorted + pos_j[:, None] * H + cols[None, :], vals, mask=owned_j[:, None])
         tl.debug_barrier()  # the rows pulled and the pairs placed, by every thread, before the counts
         tl.atomic_add(landed_ptr + tile, tl.full(tile.shape, 1, tl.int32), mask=owned, sem="release", scope="gpu")
     _release(sched_ptr + DISPATCH_DONE)
@@ -574,11 +588,13 @@ def _a_rows(sorted_row, row0, row_end, BLOCK_M: tl.constexpr):
 
 @triton.jit
 def _l1_tile_bf16(
-    a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W1: tl.constexpr,
+    a_src, a_op, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W1: tl.constexpr, TMA_A: tl.constexpr,
 ):  # fmt: skip
     """h[p, n] = silu(x_p @ w1[e][:, n]) * (x_p @ w1[e][:, INTER + n]) for the tile's pairs p; A rows
-    gathered through sorted_row; w1 [E_LOC * H, 2 * INTER] through TMA_W1's descriptor or pointers."""
+    through TMA_A's descriptor over the pair-ordered rows (rows past the expert's belong to others: their
+    h rows are not stored) or gathered through sorted_row; w1 [E_LOC * H, 2 * INTER] through TMA_W1's
+    descriptor or pointers."""
     offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, BLOCK_M)
     n0 = pid_n * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -587,7 +603,10 @@ def _l1_tile_bf16(
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, H, BLOCK_K):
-        a = tl.load(a_ptrs + k, mask=mask_m[:, None], other=0.0)
+        if TMA_A:
+            a = a_op.load([row0, k])
+        else:
+            a = tl.load(a_ptrs + k, mask=mask_m[:, None], other=0.0)
         if TMA_W1:
             gate = w1_op.load([expert * H + k, n0])
             up = w1_op.load([expert * H + k, INTER + n0])
@@ -603,14 +622,15 @@ def _l1_tile_bf16(
 
 @triton.jit
 def _l1_tile_fp8(
-    a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end, pid_n, H: tl.constexpr,
-    INTER: tl.constexpr, BLOCK_M: tl.constexpr, TMA_W1: tl.constexpr,
+    a_src, a_op, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end, pid_n,
+    H: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr, TMA_W1: tl.constexpr, TMA_A: tl.constexpr,
 ):  # fmt: skip
     """As ``moe_l1_swiglu_fp8``: per K block of 128, ``acc += dot(a, b) * (a_scale * b_scale)``; SwiGLU; h
     quantized per (pair, 128 columns). The weights are ``persistent_launch.persistent_weights``': each
     128 columns of gate followed by the same columns of up, so one 256-wide dot does both halves (two
     dots would each wait for their wgmma before the scaling). w1q [E_LOC * 2 * INTER, H] K-major, through
-    TMA_W1's descriptor ([256, 128] boxes, transposed for the dot) or pointers."""
+    TMA_W1's descriptor ([256, 128] boxes, transposed for the dot) or pointers. A rows as in
+    ``_l1_tile_bf16`` (TMA_A), their scales gathered through sorted_row."""
     KB: tl.constexpr = H // QBLOCK
     offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, BLOCK_M)
     offs_k = tl.arange(0, QBLOCK)
@@ -621,7 +641,10 @@ def _l1_tile_fp8(
     a_ptrs = a_src + rows[:, None] * H + offs_k[None, :]
     acc = tl.zeros([BLOCK_M, 2 * QBLOCK], dtype=tl.float32)
     for kb in range(0, KB):
-        a = tl.load(a_ptrs + kb * QBLOCK, mask=mask_m[:, None], other=0.0)
+        if TMA_A:
+            a = a_op.load([row0, kb * QBLOCK])
+        else:
+            a = tl.load(a_ptrs + kb * QBLOCK, mask=mask_m[:, None], other=0.0)
         a_s = tl.load(a_scale + rows * KB + kb, mask=mask_m, other=0.0)
         if TMA_W1:
             b = w1_op.load([w_row, kb * QBLOCK]).T

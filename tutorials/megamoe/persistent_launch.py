@@ -6,7 +6,7 @@ the defaults for a layer. :func:`persistent_buffers` lists the buffers the kerne
 ``MoEConfig``'s (symmetric, then local; zero when allocated). :func:`persistent_launch` is the one
 ``launch.KernelLaunch`` of a call: its parameters name binding keys as ``launch`` does, plus the
 buffers above, the weights of :func:`persistent_weights`, and :func:`call_extras`: the tensor
-descriptors of the operands loaded through TMA (``w1_desc``, ``w2_desc``, ``h_desc``) and the items to
+descriptors of the operands loaded through TMA (``w1_desc``, ``w2_desc``, ``h_desc``, ``a_desc``) and the items to
 run (``item_begin`` / ``item_end``: all of them, except in the CPU simulation). Nothing specialises on
 the token count or the rank.
 """
@@ -31,10 +31,12 @@ class PersistentConfig:
     half of an L1 tile, ``block_n2`` columns of an L2 tile, ``block_k`` the K step, ``group_m`` M tiles
     walked together (N fastest inside), ``num_warps`` / ``num_stages`` for the whole kernel. fp8 fixes
     ``block_k`` and ``block_n1`` at 128, the scale block. ``tma_w1`` / ``tma_w2`` / ``tma_h``: load the
-    L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads; L1's A rows
-    are always a gather). ``programs``: the grid (0: the GPU's SMs divided by the PEs sharing it). Small
-    items: ``route_tokens`` x ``route_cols`` per route item, ``dispatch_rows``, ``combine_rows`` and
-    ``reduce_rows`` per item of those regions (powers of two). ``trace``: every item records when it ran
+    L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads). ``tma_a``:
+    dispatch also copies each pair's A row to its place in the pair layout (``a_sorted``), and L1 loads
+    it through a TMA descriptor (else L1 gathers the received rows with pointer loads). ``programs``: the
+    grid (0: the GPU's SMs divided by the PEs sharing it). Small items: ``route_tokens`` x ``route_cols``
+    per route item, ``dispatch_rows``, ``combine_rows`` and ``reduce_rows`` per item of those regions
+    (powers of two). ``trace``: every item records when it ran
     and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
     ``half_tail`` (bf16, h not through TMA): an expert's last M tile with at most ``block_m / 2`` pairs runs
     its L1 and L2 tiles at half the rows (random routing leaves many such tiles nearly empty).
@@ -51,6 +53,7 @@ class PersistentConfig:
     tma_w1: bool = True
     tma_w2: bool = True
     tma_h: bool = False
+    tma_a: bool = False
     route_tokens: int = 32
     route_cols: int = 1024
     dispatch_rows: int = 8
@@ -116,6 +119,8 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
             f"PersistentConfig.half_tail needs bf16, tma_h=False (the h descriptor's box is block_m rows) and "
             f"block_m >= 32 (tl.dot needs 16 rows), got {cfg.precision}, tma_h={pc.tma_h}, block_m={pc.block_m}"
         )
+    if pc.tma_a and pc.half_tail:
+        raise ValueError("PersistentConfig.tma_a needs half_tail=False (the A descriptor's box is block_m rows)")
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
@@ -158,6 +163,8 @@ def persistent_buffers(
     ]
     if pc.trace:
         local.append(("trace", (sch.starts()["N_ITEMS"], len(TRACE_FIELDS)), "int64"))
+    if pc.tma_a:  # each pair's A row at its layout position
+        local.append(("a_sorted", (cfg.pair_capacity, cfg.hidden), cfg.operand_dtype))
     return symmetric, local
 
 
@@ -176,19 +183,21 @@ def persistent_weights(cfg: MoEConfig, weights: dict[str, Any]) -> dict[str, Any
 
 def _desc_blocks(cfg: MoEConfig, pc: PersistentConfig) -> dict[str, tuple[int, int]]:
     """Block shape of each descriptor: bf16 weights [K, N] boxes of the row-major weights; fp8 [N, K]
-    boxes of the K-major weights (transposed for the dot; L1's gate and up blocks together); h
-    [BLOCK_M, K step]."""
+    boxes of the K-major weights (transposed for the dot; L1's gate and up blocks together); h and the
+    sorted A rows [BLOCK_M, K step]."""
     if cfg.precision == "fp8":
         return {"w1_desc": (2 * FP8_BLOCK, FP8_BLOCK), "w2_desc": (pc.block_n2, FP8_BLOCK),
-                "h_desc": (pc.block_m, FP8_BLOCK)}  # fmt: skip
+                "h_desc": (pc.block_m, FP8_BLOCK), "a_desc": (pc.block_m, FP8_BLOCK)}  # fmt: skip
     return {"w1_desc": (pc.block_k, pc.block_n1), "w2_desc": (pc.block_k, pc.block_n2),
-            "h_desc": (pc.block_m, pc.block_k)}  # fmt: skip
+            "h_desc": (pc.block_m, pc.block_k), "a_desc": (pc.block_m, pc.block_k)}  # fmt: skip
 
 
-def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any], h: Any) -> dict[str, Any]:
+def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
+                workspace: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """Host tensor descriptors of the operands ``pc`` loads through TMA, by binding key: the weights of
     :func:`persistent_weights` viewed as 2-D (experts stacked along K: bf16 w1 [E*H, 2I], w2 [E*I, H];
-    fp8 w1q [E*2I, H], w2q [E*H, I]) and the ``h`` workspace. Built once: they point at fixed buffers."""
+    fp8 w1q [E*2I, H], w2q [E*H, I]) and the ``workspace``'s ``h`` and ``a_sorted``. Built once: they
+    point at fixed buffers."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     e, hid, inter = cfg.local_experts, cfg.hidden, cfg.intermediate
@@ -196,19 +205,21 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any], h
         tensors = {"w1_desc": weights["w1q"].view(e * 2 * inter, hid), "w2_desc": weights["w2q"].view(e * hid, inter)}
     else:
         tensors = {"w1_desc": weights["w1"].view(e * hid, 2 * inter), "w2_desc": weights["w2"].view(e * inter, hid)}
-    tensors["h_desc"] = h
-    wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h}
+    tensors["h_desc"] = workspace["h"]
+    if pc.tma_a:
+        tensors["a_desc"] = workspace["a_sorted"]
+    wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
     return {key: TensorDescriptor.from_tensor(t, list(blocks[key])) for key, t in tensors.items() if wanted[key]}
 
 
 def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -> dict[str, Any]:
     """What a call of the persistent kernel binds besides ``megamoe.call_bindings``: the descriptors of
-    :func:`descriptors` over ``buffers``' weights (:func:`persistent_weights`) and ``h``, and the items of
+    :func:`descriptors` over ``buffers``' weights (:func:`persistent_weights`) and workspace, and the items of
     the whole call (``item_begin`` 0, ``item_end`` the schedule's ``N_ITEMS``). A layer builds them once:
     they point at its fixed buffers."""
     items = {"item_begin": 0, "item_end": schedule(cfg, pc).starts()["N_ITEMS"]}
-    return {**descriptors(cfg, pc, buffers, buffers["h"]), **items}
+    return {**descriptors(cfg, pc, buffers, buffers), **items}
 
 
 def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
@@ -232,6 +243,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         ("sched_ptr", "sched"), ("epoch_ptr", "call_epoch"), ("w1_op", "w1_desc" if pc.tma_w1 else weight1),
         ("w2_op", "w2_desc" if pc.tma_w2 else weight2), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
         ("item_begin", "item_begin"), ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
+        ("a_sorted", "a_sorted" if pc.tma_a else None), ("a_op", "a_desc" if pc.tma_a else None),
     ]  # fmt: skip
     scales: dict[str, Any] = {}
     if fp8:
@@ -252,7 +264,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows, REDUCE_ROWS=pc.reduce_rows,
         BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
-        HALF_TAIL=pc.half_tail,
+        HALF_TAIL=pc.half_tail, TMA_A=pc.tma_a, BLOCK_HA=row_block(cfg.hidden, 4096 // pc.dispatch_rows),
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,
