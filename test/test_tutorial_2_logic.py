@@ -211,3 +211,22 @@ def test_baseline_gemm_refusals_name_the_tensor_and_the_reason():
         op.gemm(torch.zeros(128, 48, dtype=torch.bfloat16), b.t().contiguous().t())
     with pytest.raises(ValueError, match=r"gemm\(checks=True\) needs world > 1 and a completed call"):
         op.gemm(torch.zeros(128, 48, dtype=torch.bfloat16), b, checks=True)
+
+
+def test_a_given_output_is_refused_naming_what_it_must_be():
+    """``out``: the operator's output shape and dtype, contiguous, on its device (an operator shell on the CPU)."""
+    from tutorials.allgather_gemm import AllGatherGEMM
+
+    op = object.__new__(AllGatherGEMM)
+    op.dtype, op.device = torch.bfloat16, torch.device("cpu")
+    op._output_like = torch.empty((1, 1), dtype=torch.bfloat16).expand(128, 32)
+    fine = torch.zeros(128, 32, dtype=torch.bfloat16)
+    assert op._output(fine) is fine
+    assert op._output(None).shape == (128, 32) and op._output(None).is_contiguous()
+    with pytest.raises(ValueError, match=r"out must be a contiguous \(128, 32\) torch.bfloat16 tensor on cpu at a "
+                                         r"16-byte aligned address, got \(128, 32\) torch.bfloat16 on meta"):
+        op._output(torch.empty(128, 32, dtype=torch.bfloat16, device="meta"))
+    with pytest.raises(ValueError, match=r"out must be .* got \(128, 32\) torch.bfloat16 on cpu \(contiguous=False\)"):
+        op._output(torch.zeros(32, 128, dtype=torch.bfloat16).t())
+    with pytest.raises(ValueError, match=r"out must be .* got \(128, 32\) torch.float16"):
+        op._output(torch.zeros(128, 32, dtype=torch.float16))

@@ -35,10 +35,6 @@ SHAPE = (4096, 8192, 8192)  # (m_per_rank, n_per_rank, k): the goal shape
 WORLD, RANK, EPOCH = 2, 0, 1  # a peer's tiles exist, so the ready checks are compiled in
 
 
-def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device="meta")
-
-
 def gemm_source(dtype: str = "bfloat16", config: GemmConfig = DEFAULT_CONFIG, wait: bool = True,
                 num_sms: int = H200_SMS) -> tuple[ASTSource, dict[str, Any]]:
     """(source, launch options) of the consumer GEMM as ``AllGatherGEMM.__call__`` launches it."""
@@ -56,7 +52,7 @@ def sm_push_source(dtype: str = "bfloat16", num_sms: int = H200_SMS) -> tuple[AS
 
 def wait_all_source() -> ASTSource:
     """``all_gather()``'s wait kernel, launched with Triton's default options."""
-    ready = _meta(WORLD, dtype=torch.int32)
+    ready = torch.empty(WORLD, dtype=torch.int32, device="meta")
     source, _ = launch_source(ag_wait_all_kernel, ready, EPOCH, RANK, WORLD, wait_timeout_ms())
     return source
 

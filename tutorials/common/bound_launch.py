@@ -140,7 +140,6 @@ class BoundLaunch:
         self.grid = (*grid, 1, 1)[:3]
         self.bound = BoundArguments(fn, args, kwargs, varying, make_backend(driver.active.get_current_target()))
         self._flat = flat_launch(self.kernel.run, self.bound.values, self.bound.positions)
-        self.flat = self._flat is not None  # else a descriptor given as a tensor is wrapped on every launch
         self._run = self.kernel.run
         self._direct = None  # the kernel's launcher taking the flat list itself (launch's fast path)
         if self._flat is not None:
@@ -149,6 +148,12 @@ class BoundLaunch:
             self._direct = copy.copy(self.kernel.run)
             self._direct.launch = self._flat.launcher
         self._current_stream = driver.active.get_current_stream
+
+    @property
+    def flat(self) -> bool:
+        """Whether launches go through :class:`flat_launch.FlatLaunch` (else a descriptor given as a tensor
+        is wrapped on every launch)."""
+        return self._flat is not None
 
     def launch(self, *values: Any) -> None:
         """Launch with ``values`` for the varying parameters on the current stream."""
@@ -165,7 +170,7 @@ class BoundLaunch:
                          *self._flat.flat_values(values))  # fmt: skip
             return
         args = self.bound.with_values(values)
-        if not self.flat:
+        if self._flat is None:
             for i, desc in self.bound.descriptors.items():
                 if isinstance(args[i], torch.Tensor):
                     args[i] = dataclasses.replace(desc, base=args[i])

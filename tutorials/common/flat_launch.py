@@ -73,11 +73,12 @@ class FlatLaunch:
                 self.template.extend(expand(value, meta_at[position]))  # type: ignore[misc]
             else:
                 self.template.append(_address(value))
+        offsets.append(len(self.template))  # where the last argument's span ends
         # (position, its span in the flat list, descriptor bound there or None, its metadata, its expansions kept
         # by tensor address: None where not kept, without metadata the expansion holds the tensor itself)
         self._slots = [
-            (p, offsets[p], offsets[p + 1] if p + 1 < len(values) else len(self.template),
-             values[p] if p in meta_at else None, meta_at.get(p), {} if meta_at.get(p) is not None else None)
+            (p, offsets[p], offsets[p + 1], values[p] if p in meta_at else None, meta_at.get(p),
+             {} if meta_at.get(p) is not None else None)
             for p in varying
         ]  # fmt: skip
         self._count = len(values)
@@ -86,11 +87,10 @@ class FlatLaunch:
         """The launcher's kernel arguments with ``values`` at the varying positions (in their order)."""
         flat = self.template.copy()
         for (_, start, end, bound_desc, meta, kept), value in zip(self._slots, values, strict=True):
-            is_tensor = isinstance(value, torch.Tensor)
             if bound_desc is None:
-                flat[start] = value.data_ptr() if is_tensor and value.is_cuda else value
+                flat[start] = _address(value)
                 continue
-            expansion = kept.get(value.data_ptr()) if is_tensor and kept is not None else None
+            expansion = kept.get(value.data_ptr()) if kept is not None and isinstance(value, torch.Tensor) else None
             if expansion is None:
                 expansion = self._expansion(value, bound_desc, meta, kept)
             flat[start:end] = expansion
