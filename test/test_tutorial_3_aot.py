@@ -118,10 +118,11 @@ def test_tma_variant_loads_through_tma_and_runs_wgmma(name):
 @pytest.mark.parametrize("world", [1, 2])
 def test_persistent_kernel_compiles_with_wgmma_tma_and_bounded_waits(precision, world, tmp_path):
     """impl="persistent" with its default knobs at the production per-rank load: one kernel that runs the
-    GEMMs on wgmma (fp8: e4m3 x e4m3, L1's gate and up as one 256-wide dot), pipelines the gathered A
-    rows, loads L1's weights through TMA, publishes work with release atomics and waits with acquire
-    loads through the bounded wait (its bound the wait_ms parameter), signals peers with release stores
-    at system scope, fits in shared memory and keeps its registers out of local memory."""
+    GEMMs on wgmma (fp8: e4m3 x e4m3, L1's gate and up dots one after the other), pipelines the A rows
+    (gathered, or through TMA in pair order), loads L1's weights through TMA, publishes work with release
+    atomics and waits with acquire loads through the bounded wait (its bound the wait_ms parameter),
+    signals peers with release stores at system scope, fits in shared memory and keeps its registers
+    out of local memory."""
     import dataclasses
 
     from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
@@ -136,7 +137,8 @@ def test_persistent_kernel_compiles_with_wgmma_tma_and_bounded_waits(precision, 
     assert "async_tma_copy_global_to_local" in ttgir, "L1's weights must come through TMA"
     if precision == "fp8":
         assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx)
-        assert ttgir.count("ttng.warp_group_dot ") == 2, "one dot per K block in L1 (gate and up) and in L2"
+        # per K block: L1's gate and up dots, L2's two 128-column dots (a w2 scale block each)
+        assert ttgir.count("ttng.warp_group_dot ") == 4
         assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and "div.rn.f32" in ptx, "quantization as quant's"
     assert re.search(r"(atom|red)\.release\.gpu\.global\.add|(atom|red)\.global\.gpu\.release\.add", ptx)
     assert "ld.acquire.sys" in ptx and "st.release.sys" in ptx and "fence.proxy.async" in ptx
@@ -165,7 +167,7 @@ def test_persistent_kernel_with_tma_a_loads_l1s_rows_through_tma(precision, tmp_
     launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
     options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
     compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32), options=options)
-    weights = (1 if precision == "fp8" else 2) * pc.tma_w1 + pc.tma_w2  # bf16 L1: gate and up, two loads
+    weights = 2 * pc.tma_w1 + (2 if precision == "fp8" else 1) * pc.tma_w2  # two boxes: gate/up; fp8 L2's halves
     assert compiled.asm["ttir"].count("tt.descriptor_load") == weights + pc.tma_h + 1
     assert compiled.metadata.shared <= SHARED_LIMIT
     assert_wgmma_pipelined(compiled.asm["ptx"], tmp_path)

@@ -114,7 +114,8 @@ def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     sym, local = persistent_buffers(cfg, pc)
     buffers = {n for n, _, _ in [*cfg.symmetric_buffers(), *cfg.local_buffers(), *sym, *local]}
     weights = {"w1q", "w1s", "w2q", "w2s"} if precision == "fp8" else {"w1", "w2"}
-    per_call = {"logits", "x", "y", "T", "me", "wait_ms", "item_begin", "item_end", "w1_desc", "w2_desc", "h_desc"}
+    per_call = {"logits", "x", "y", "T", "me", "wait_ms", "item_begin", "item_end", "w1_desc", "w2_desc", "h_desc",
+                "a_desc"}
     assert {k for _, k in launch.params} - {None} <= buffers | weights | per_call
     keys = dict(launch.params)
     assert keys["trace_ptr"] is None and launch.constexprs["TRACE"] is False, "untraced: trace_ptr is None"
@@ -123,8 +124,9 @@ def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     assert (launch.constexprs["PULL"], launch.constexprs["PUSH"]) == (world > 1, world > 1)
     bound = meta_bindings(cfg)  # what the layer binds, on meta tensors
     w1, w2 = (bound[keys[p]] for p in ("w1_op", "w2_op"))
-    if precision == "fp8":  # L1's gate and up blocks in one box
-        assert (w1.block_shape, w2.block_shape) == ([256, 128], [256, 128]) and w1.base.dtype == torch.float8_e4m3fn
+    if precision == "fp8":  # a box per scale block; A rows in pair order through TMA too
+        assert (w1.block_shape, w2.block_shape) == ([128, 128], [128, 128]) and w1.base.dtype == torch.float8_e4m3fn
+        assert bound[keys["a_op"]].block_shape == [128, 128] and keys["a_sorted"] == "a_sorted"
     else:  # bf16 default: L1's weights through TMA, L2's through pointers (faster each way on the H200)
         assert w1.block_shape == [64, 128] and keys["w2_op"] == "w2" and w2.shape == (16, 1536, 4096)
     assert bound["item_begin"] == 0 and bound["item_end"] == schedule(cfg, pc).starts()["N_ITEMS"]
@@ -154,8 +156,9 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
     fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
     with pytest.raises(ValueError, match="fp8 needs block_k = block_n1 = 128"):
         persistent_launch(fp8, PersistentConfig(block_k=64), 132)
-    with pytest.raises(ValueError, match="fp8 needs block_n2 a multiple of 128"):
-        persistent_launch(fp8, PersistentConfig(block_n2=64), 132)
+    for block_n2 in (64, 512):
+        with pytest.raises(ValueError, match=f"fp8 needs block_n2 128 or 256 .*got {block_n2}"):
+            persistent_launch(fp8, PersistentConfig(block_n2=block_n2), 132)
     with pytest.raises(ValueError, match=r"block_n2=256 does not divide 4224"):
         persistent_launch(dataclasses.replace(PRODUCTION, hidden=4224), PersistentConfig(block_k=64), 132)
     with pytest.raises(ValueError, match="dispatch_rows=6 must be a power of two"):
@@ -184,8 +187,10 @@ def test_default_knobs():
     assert (small.block_m, small.block_n1, small.block_n2, small.num_warps) == (64, 64, 128, 4)
     persistent_launch(MoEConfig(256, 192, 4, 4, 33), small, 8)  # fits the shape
     fp8 = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"))
-    assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (64, 128, 256, 128, 4)
-    assert fp8.route_tokens == 16
+    assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (128, 128, 256, 128, 4)
+    assert fp8.route_tokens == 16 and fp8.tma_a
+    fp8_small = choose_persistent(MoEConfig(256, 256, 4, 4, 33, precision="fp8"))
+    assert (fp8_small.block_m, fp8_small.num_stages, fp8_small.tma_a) == (64, 3, False)
 
 
 def test_wait_names_are_the_device_table():
@@ -238,7 +243,7 @@ def test_tma_a_knob_adds_the_sorted_rows_and_binds_their_descriptor(precision):
     assert (keys["a_sorted"], keys["a_op"]) == ("a_sorted", "a_desc")
     desc = meta_bindings(cfg, pc)["a_desc"]
     assert desc.block_shape == [pc.block_m, pc.block_k] and tuple(desc.shape) == (cfg.pair_capacity, cfg.hidden)
-    plain = dict(persistent_launch(cfg, choose_persistent(cfg), 132).params)
+    plain = dict(persistent_launch(cfg, dataclasses.replace(pc, tma_a=False), 132).params)
     assert (plain["a_sorted"], plain["a_op"]) == (None, None)
 
 
@@ -303,3 +308,15 @@ def test_knob_overrides_parse_the_sweeps_strings_and_refuse_others_naming_the_fi
         _config("trace=0")
     with pytest.raises(SystemExit, match="--config 'bogus=1': 'bogus=1': use NAME=VALUE"):
         _config("bogus=1")
+
+
+def test_fp8_gemms_settle_each_k_step_from_triton_3_7():
+    """From Triton 3.7 on ptxas serializes every wgmma when one is left in flight across a loop's back edge,
+    so the fp8 GEMMs wait for each K step's last wgmma there; before, the overlap is kept."""
+    from tutorials.megamoe.persistent_launch import settle_wgmma
+
+    assert [settle_wgmma(v) for v in ("3.6.0", "3.7.1", "3.9.0+git1a2b3c", "3.10.0", "4.0")] == [
+        False, True, True, True, True]  # fmt: skip
+    fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
+    launch = persistent_launch(fp8, choose_persistent(fp8), 132)
+    assert launch.constexprs["SETTLE_WGMMA"] is settle_wgmma()

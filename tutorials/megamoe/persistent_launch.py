@@ -14,6 +14,7 @@ the token count or the rank.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -64,16 +65,18 @@ class PersistentConfig:
 
 
 def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
-    """Defaults for layer ``cfg``. fp8: 64-row tiles, N 128 per gate/up half in L1 and 256 in L2, 8 warps
-    (the tiles of ``choose_tiles_fp8`` that ptxas keeps out of local memory), 4 stages, weights through
-    TMA, 16 tokens per route item. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1
+    """Defaults for layer ``cfg``. fp8: N 128 per gate/up half in L1 and 256 in L2, 8 warps, weights through
+    TMA, 16 tokens per route item; with more than 96 pairs per expert expected 128-row tiles, L1's A rows
+    through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
+    64 rows), else 64 rows and 3 stages. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1
     and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
     the H200, where L2's were not); fewer pairs: 64-row tiles and 4 warps."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
-        return PersistentConfig(block_n2=256 if h % 256 == 0 else FP8_BLOCK, num_stages=4 if rows > 96 else 3,
-                                route_tokens=16)  # fmt: skip
+        big = rows > 96
+        return PersistentConfig(block_m=128 if big else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
+                                num_stages=4 if big else 3, tma_a=big, route_tokens=16)  # fmt: skip
     block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
     if rows > 96:
         return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
@@ -103,8 +106,9 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
             f"PersistentConfig: fp8 needs block_k = block_n1 = {FP8_BLOCK} (one scale block per K step and per "
             f"h tile), got block_k={pc.block_k}, block_n1={pc.block_n1}"
         )
-    if cfg.precision == "fp8" and pc.block_n2 % FP8_BLOCK:
-        raise ValueError(f"PersistentConfig: fp8 needs block_n2 a multiple of {FP8_BLOCK}, got {pc.block_n2}")
+    if cfg.precision == "fp8" and pc.block_n2 not in (FP8_BLOCK, 2 * FP8_BLOCK):
+        raise ValueError(f"PersistentConfig: fp8 needs block_n2 {FP8_BLOCK} or {2 * FP8_BLOCK} (one or two scale "
+                         f"blocks), got {pc.block_n2}")
     for name, dim, block in (("block_n1", i, pc.block_n1), ("block_n2", h, pc.block_n2), ("block_k", h, pc.block_k),
                              ("block_k", i, pc.block_k)):  # fmt: skip
         if dim % block:
@@ -172,7 +176,7 @@ def persistent_weights(cfg: MoEConfig, weights: dict[str, Any]) -> dict[str, Any
     """The weight bindings of the persistent kernel from ``quant.expert_weights``'s: bf16 as they are;
     fp8 with w1q's gate and up interleaved per 128 columns (each 128 gate columns, then the same 128 up
     columns: ``w1q`` [E, I/128, 2, 128, H]) and their scales likewise (``w1s`` [E, I/128, 2, H/128]), so that
-    one 256-wide dot computes both halves of an L1 tile."""
+    an L1 tile's gate and up blocks are adjacent rows of one descriptor and their scales one row."""
     if cfg.precision != "fp8":
         return weights
     e, blocks = cfg.local_experts, cfg.intermediate // FP8_BLOCK
@@ -182,11 +186,11 @@ def persistent_weights(cfg: MoEConfig, weights: dict[str, Any]) -> dict[str, Any
 
 
 def _desc_blocks(cfg: MoEConfig, pc: PersistentConfig) -> dict[str, tuple[int, int]]:
-    """Block shape of each descriptor: bf16 weights [K, N] boxes of the row-major weights; fp8 [N, K]
-    boxes of the K-major weights (transposed for the dot; L1's gate and up blocks together); h and the
-    sorted A rows [BLOCK_M, K step]."""
+    """Block shape of each descriptor: bf16 weights [K, N] boxes of the row-major weights; fp8 [128, 128]
+    boxes of the K-major weights, one scale block each (transposed for the dot); h and the sorted A rows
+    [BLOCK_M, K step]."""
     if cfg.precision == "fp8":
-        return {"w1_desc": (2 * FP8_BLOCK, FP8_BLOCK), "w2_desc": (pc.block_n2, FP8_BLOCK),
+        return {"w1_desc": (FP8_BLOCK, FP8_BLOCK), "w2_desc": (FP8_BLOCK, FP8_BLOCK),
                 "h_desc": (pc.block_m, FP8_BLOCK), "a_desc": (pc.block_m, FP8_BLOCK)}  # fmt: skip
     return {"w1_desc": (pc.block_k, pc.block_n1), "w2_desc": (pc.block_k, pc.block_n2),
             "h_desc": (pc.block_m, pc.block_k), "a_desc": (pc.block_m, pc.block_k)}  # fmt: skip
@@ -220,6 +224,16 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
     they point at its fixed buffers."""
     items = {"item_begin": 0, "item_end": schedule(cfg, pc).starts()["N_ITEMS"]}
     return {**descriptors(cfg, pc, buffers, buffers), **items}
+
+
+def settle_wgmma(version: str | None = None) -> bool:
+    """Whether the fp8 GEMMs wait for each K step's last wgmma within the step (``persistent._scaled_step``):
+    with Triton (``version``, default the installed one) 3.7 or later, whose ptxas serializes every wgmma of
+    a kernel that leaves one in flight across a loop's back edge."""
+    import triton
+
+    major, minor = (int(part) for part in re.findall(r"\d+", version or triton.__version__)[:2])
+    return (major, minor) >= (3, 7)
 
 
 def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
@@ -265,6 +279,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
         HALF_TAIL=pc.half_tail, TMA_A=pc.tma_a, BLOCK_HA=row_block(cfg.hidden, 4096 // pc.dispatch_rows),
+        SETTLE_WGMMA=settle_wgmma(),
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,
