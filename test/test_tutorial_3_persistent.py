@@ -313,10 +313,11 @@ def test_knob_overrides_parse_the_sweeps_strings_and_refuse_others_naming_the_fi
 def test_fp8_gemms_settle_each_k_step_from_triton_3_7():
     """From Triton 3.7 on ptxas serializes every wgmma when one is left in flight across a loop's back edge,
     so the fp8 GEMMs wait for each K step's last wgmma there; before, the overlap is kept."""
-    from tutorials.megamoe.persistent_launch import settle_wgmma
+    from triton_raw_ext.triton_version import parse_version, serializes_wgmma_in_flight_across_loops
 
-    assert [settle_wgmma(v) for v in ("3.6.0", "3.7.1", "3.9.0+git1a2b3c", "3.10.0", "4.0")] == [
+    versions = ("3.6.0", "3.7.1", "3.9.0+git1a2b3c", "3.10.0", "4.0")
+    assert [serializes_wgmma_in_flight_across_loops(parse_version(v)) for v in versions] == [
         False, True, True, True, True]  # fmt: skip
     fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
     launch = persistent_launch(fp8, choose_persistent(fp8), 132)
-    assert launch.constexprs["SETTLE_WGMMA"] is settle_wgmma()
+    assert launch.constexprs["SETTLE_WGMMA"] is serializes_wgmma_in_flight_across_loops()

@@ -8,6 +8,9 @@ Supported: the Triton that each current torch release pins (3.6 for torch 2.11, 
 * :func:`stage_hook`: from 3.7 Triton also calls the stage-inspection hook with no arguments, to
   put the custom pipeline into its cache keys, and expects ``(key, hash)`` back.
 * :func:`translate_to_asm`: from 3.8 Triton's ``llvm.translate_to_asm`` takes an 8th argument.
+* :func:`serializes_wgmma_in_flight_across_loops`: from 3.7 Triton's ptxas serializes every wgmma of a
+  kernel that leaves one in flight across a loop's back edge (C7518); 3.6's waits where the result is
+  used (C7517) and keeps the overlap.
 * :data:`GLUON_SHARED_ADDRESS`: from 3.9 Gluon's ``gl.inline_asm`` takes a shared-memory descriptor
   (as the 32-bit shared address of its origin). Before, no Gluon operation turns a descriptor into
   a value: ``tt.elementwise_inline_asm`` and ``tt.extern_elementwise`` refuse ``!ttg.memdesc``
@@ -38,6 +41,12 @@ LEGACY_LLVM_BEFORE = (3, 7)
 LEGACY_LLVM = VERSION < LEGACY_LLVM_BEFORE
 _TRANSLATE_TAKES_GEP_FLAG = VERSION >= (3, 8)
 GLUON_SHARED_ADDRESS = VERSION >= (3, 9)
+
+
+def serializes_wgmma_in_flight_across_loops(version: tuple[int, int] = VERSION) -> bool:
+    """Whether the ptxas of Triton ``version`` (default the installed one) serializes every wgmma of a
+    kernel that leaves one in flight across a loop's back edge."""
+    return version >= (3, 7)
 
 
 def unsupported_reason(version: str = triton.__version__) -> str | None:

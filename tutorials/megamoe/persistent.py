@@ -635,7 +635,6 @@ def _l1_tile_fp8(
     KB: tl.constexpr = H // QBLOCK
     offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, BLOCK_M)
     offs_k = tl.arange(0, QBLOCK)
-    half = tl.arange(0, QBLOCK)
     e = expert.to(tl.int64)
     w_row = expert * 2 * INTER + pid_n * 2 * QBLOCK  # this tile's gate block, then its up block
     s_ptr = w1s_ptr + (e * (INTER // QBLOCK) + pid_n) * 2 * KB  # their scales: KB for gate, then KB for up
@@ -653,18 +652,10 @@ def _l1_tile_fp8(
         a_s = tl.load(as_ptrs + kb, mask=mask_m, other=1.0)
         g_s = tl.load(s_ptr + kb)
         u_s = tl.load(s_ptr + KB + kb)
-        if TMA_W1:
-            b_g = w1_op.load([w_row, kb * QBLOCK]).T
-        else:
-            b_g = tl.load(w1_op + (w_row + half).to(tl.int64)[None, :] * H + (offs_k + kb * QBLOCK)[:, None])
-        acc_g = _scaled_step(a, b_g, acc_g, a_was, a_s, g_was, g_s)
-        if TMA_W1:
-            b_u = w1_op.load([w_row + QBLOCK, kb * QBLOCK]).T
-        else:
-            b_u = tl.load(w1_op + (w_row + QBLOCK + half).to(tl.int64)[None, :] * H + (offs_k + kb * QBLOCK)[:, None])
-        acc_u = _scaled_step(a, b_u, acc_u, a_was, a_s, u_was, u_s)
-        if SETTLE:
-            acc_u += 0.0
+        b_g = _weight_block(w1_op, w_row, kb * QBLOCK, H, TMA_W1)
+        acc_g = _scaled_step(a, b_g, acc_g, a_was, a_s, g_was, g_s, False)
+        b_u = _weight_block(w1_op, w_row + QBLOCK, kb * QBLOCK, H, TMA_W1)
+        acc_u = _scaled_step(a, b_u, acc_u, a_was, a_s, u_was, u_s, SETTLE)  # the step's last dot
     g = acc_g * (a_s * g_s)[:, None]
     u = acc_u * (a_s * u_s)[:, None]
     q, scale = _quantize_rows(g * tl.sigmoid(g) * u)
@@ -675,7 +666,7 @@ def _l1_tile_fp8(
 
 
 @triton.jit
-def _scaled_step(a, b, acc, a_was, a_s, b_was, b_s):
+def _scaled_step(a, b, acc, a_was, a_s, b_was, b_s, SETTLE: tl.constexpr):
     """One K block of a block-scaled fp8 product whose accumulator is kept in units of the current block's
     scales: given acc = (sum of the earlier blocks' dot * a_scale * b_scale) / (a_was * b_was), returns
     that sum plus ``dot(a, b) * a_s * b_s``, divided by a_s * b_s (after the last block the caller
@@ -685,12 +676,28 @@ def _scaled_step(a, b, acc, a_was, a_s, b_was, b_s):
     floor (``quant.AMAX_FLOOR``, all-zero blocks) after partial sums above about 1e8. ``a_was`` / ``a_s``:
     [rows]; ``b_was`` / ``b_s``: scalars.
 
-    Without SETTLE (a ``tl.constexpr`` of the caller) a K step's last dot stays in flight into the next
-    step, beside its scale loads and barrier wait: the production fp8 layer took 320 us instead of 355 on
-    the H200 with Triton 3.6. The ptxas of Triton >= 3.7 serializes every wgmma of a kernel that leaves
-    one in flight across a loop's back edge (C7518), so there the caller settles it (``acc += 0.0`` makes
-    Triton wait for it inside the step)."""
-    return tl.dot(a, b, acc * ((a_was / a_s)[:, None] * (b_was / b_s)))
+    SETTLE (the caller passes it for a K step's last dot): Triton waits for this wgmma before the step
+    ends (``+ 0.0`` uses its result there). Without it the last dot stays in flight into the next step,
+    beside its scale loads and barrier wait: the production fp8 layer took 320 us instead of 355 on the
+    H200 with Triton 3.6. The ptxas of Triton >= 3.7 serializes every wgmma of a kernel that leaves one
+    in flight across a loop's back edge (C7518), so there the callers settle it."""
+    acc = tl.dot(a, b, acc * ((a_was / a_s)[:, None] * (b_was / b_s)))
+    if SETTLE:
+        acc += 0.0
+    return acc
+
+
+@triton.jit
+def _weight_block(w_op, row, k, ROW_LEN: tl.constexpr, TMA: tl.constexpr):
+    """The [128 (K), 128 (N)] block of K-major fp8 weights (``w_op`` [rows, ROW_LEN]) for a dot's B: weight
+    rows [row, row + 128), columns [k, k + 128), through TMA's descriptor ([128, 128] boxes, transposed)
+    or pointer loads."""
+    if TMA:
+        block = w_op.load([row, k]).T
+    else:
+        rows = (tl.arange(0, QBLOCK) + row).to(tl.int64)
+        block = tl.load(w_op + rows[None, :] * ROW_LEN + (tl.arange(0, QBLOCK) + k)[:, None])
+    return block
 
 
 @triton.jit
@@ -740,6 +747,7 @@ def _l2_tile_fp8(
     half = tl.arange(0, QBLOCK)
     offs_k = tl.arange(0, QBLOCK)
     e = expert.to(tl.int64)
+    w_row = expert * H + n0  # this tile's first weight block; the second follows
     bs_ptr = w2s_ptr + e * (H // QBLOCK * KB) + (n0 // QBLOCK) * KB  # the first block's scales; the second's next
     as_ptrs = hs_ptr + offs_p * KB
     acc_lo = tl.zeros([BLOCK_M, QBLOCK], dtype=tl.float32)
@@ -754,23 +762,12 @@ def _l2_tile_fp8(
         a_was, lo_was, hi_was = a_s, lo_s, hi_s
         a_s = tl.load(as_ptrs + kb, mask=mask_m, other=1.0, cache_modifier=".cg")
         lo_s = tl.load(bs_ptr + kb)
-        if TMA_W2:
-            b_lo = w2_op.load([expert * H + n0, kb * QBLOCK]).T
-        else:
-            b_lo = tl.load(w2_op + (e * H + n0 + half)[None, :] * INTER + (offs_k + kb * QBLOCK)[:, None])
-        acc_lo = _scaled_step(a, b_lo, acc_lo, a_was, a_s, lo_was, lo_s)
+        b_lo = _weight_block(w2_op, w_row, kb * QBLOCK, INTER, TMA_W2)
+        acc_lo = _scaled_step(a, b_lo, acc_lo, a_was, a_s, lo_was, lo_s, SETTLE and not TWO)
         if TWO:
             hi_s = tl.load(bs_ptr + KB + kb)
-            if TMA_W2:
-                b_hi = w2_op.load([expert * H + n0 + QBLOCK, kb * QBLOCK]).T
-            else:
-                b_hi = tl.load(w2_op + (e * H + n0 + QBLOCK + half)[None, :] * INTER
-                               + (offs_k + kb * QBLOCK)[:, None])  # fmt: skip
-            acc_hi = _scaled_step(a, b_hi, acc_hi, a_was, a_s, hi_was, hi_s)
-            if SETTLE:
-                acc_hi += 0.0
-        elif SETTLE:
-            acc_lo += 0.0
+            b_hi = _weight_block(w2_op, w_row + QBLOCK, kb * QBLOCK, INTER, TMA_W2)
+            acc_hi = _scaled_step(a, b_hi, acc_hi, a_was, a_s, hi_was, hi_s, SETTLE)
     out = y_pair + offs_p[:, None] * H + (n0 + half)[None, :]
     tl.store(out, (acc_lo * (a_s * lo_s)[:, None]).to(tl.bfloat16), mask=mask_m[:, None])
     if TWO:

@@ -14,10 +14,11 @@ the token count or the rank.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from triton_raw_ext.triton_version import serializes_wgmma_in_flight_across_loops
 
 from .config import FP8_BLOCK, MoEConfig, next_pow2
 from .launch import KernelLaunch, row_block
@@ -226,16 +227,6 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
     return {**descriptors(cfg, pc, buffers, buffers), **items}
 
 
-def settle_wgmma(version: str | None = None) -> bool:
-    """Whether the fp8 GEMMs wait for each K step's last wgmma within the step (``persistent._scaled_step``):
-    with Triton (``version``, default the installed one) 3.7 or later, whose ptxas serializes every wgmma of
-    a kernel that leaves one in flight across a loop's back edge."""
-    import triton
-
-    major, minor = (int(part) for part in re.findall(r"\d+", version or triton.__version__)[:2])
-    return (major, minor) >= (3, 7)
-
-
 def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
     """The launch of one call: ``programs`` programs of ``moe_persistent`` (the layer resolves
     ``pc.programs`` = 0 to the SMs per PE), named ``moe_persistent`` (bf16) or ``moe_persistent_fp8``."""
@@ -279,7 +270,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
         HALF_TAIL=pc.half_tail, TMA_A=pc.tma_a, BLOCK_HA=row_block(cfg.hidden, 4096 // pc.dispatch_rows),
-        SETTLE_WGMMA=settle_wgmma(),
+        SETTLE_WGMMA=serializes_wgmma_in_flight_across_loops(),
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,
