@@ -159,6 +159,33 @@ def assert_no_spills(ptx: str, tmp_path: Path) -> None:
     assert spills and all(int(n) == 0 for n in spills), report
 
 
+def wgmma_loop_spills(sass: list[str]) -> list[str]:
+    """The local-memory loads and stores (LDL / STL: ptxas spills) of ``sass`` (nvdisasm lines) that sit in
+    an innermost loop running wgmma (HGMMA, QGMMA for fp8); a loop is a branch back to an earlier label."""
+    labels = {m[1]: i for i, line in enumerate(sass) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    loops = [(labels[m[1]], i) for i, line in enumerate(sass)
+             if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and labels.get(m[1], i) < i]  # fmt: skip
+    wgmma = [(a, b) for a, b in loops if any(re.search(r"\b[HQI]GMMA", line) for line in sass[a : b + 1])]
+    innermost = [(a, b) for a, b in wgmma if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in wgmma)]
+    assert innermost, "no loop runs wgmma"
+    return [sass[i].strip() for a, b in innermost for i in range(a, b + 1) if re.search(r"\b(LDL|STL)\b", sass[i])]
+
+
+def assert_no_spills_in_wgmma_loops(cubin: bytes, tmp_path: Path) -> None:
+    """No ptxas spill in a loop that runs wgmma (:func:`wgmma_loop_spills` on the SASS of ``cubin``): values
+    a kernel spills once and reloads per work item cost a few cached loads, spills in a K loop every step."""
+    import subprocess
+
+    import triton
+
+    path = tmp_path / "kernel.cubin"
+    path.write_bytes(cubin)
+    disasm = triton.knobs.nvidia.nvdisasm.path
+    sass = subprocess.run([disasm, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    spills = wgmma_loop_spills(sass.splitlines())
+    assert not spills, spills
+
+
 def assert_wgmma_pipelined(ptx: str, tmp_path: Path) -> None:
     """The kernel uses wgmma and ptxas keeps it asynchronous: no C7510 (serialised wgmma, e.g. for a
     call anywhere in the kernel)."""

@@ -174,15 +174,14 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
                           132)  # fmt: skip
     assert persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True),
                              132).constexprs["HALF_TAIL"] is True  # fmt: skip
-    with pytest.raises(ValueError, match="tma_a needs half_tail=False"):
-        persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_a=True),
-                          132)  # fmt: skip
+    with_tma_a = dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_a=True)
+    assert persistent_launch(PRODUCTION, with_tma_a, 132).constexprs["TMA_A"] is True  # half tiles gather
 
 
 def test_default_knobs():
     big = choose_persistent(PRODUCTION)
     assert (big.block_m, big.block_n1, big.block_n2, big.block_k, big.num_warps) == (128, 128, 256, 64, 8)
-    assert (big.tma_w1, big.tma_w2, big.tma_h) == (True, False, False)
+    assert (big.tma_w1, big.tma_w2, big.tma_h, big.half_tail) == (True, False, False, True)
     small = choose_persistent(MoEConfig(256, 192, 4, 4, 33))
     assert (small.block_m, small.block_n1, small.block_n2, small.num_warps) == (64, 64, 128, 4)
     persistent_launch(MoEConfig(256, 192, 4, 4, 33), small, 8)  # fits the shape

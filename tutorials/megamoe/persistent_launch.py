@@ -41,7 +41,8 @@ class PersistentConfig:
     (powers of two). ``trace``: every item records when it ran
     and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
     ``half_tail`` (bf16, h not through TMA): an expert's last M tile with at most ``block_m / 2`` pairs runs
-    its L1 and L2 tiles at half the rows (random routing leaves many such tiles nearly empty).
+    its L1 and L2 tiles at half the rows, its A rows gathered even where ``tma_a`` (random routing leaves
+    many such tiles nearly empty).
     """
 
     block_m: int = 64
@@ -71,7 +72,8 @@ def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
     through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
     64 rows), else 64 rows and 3 stages. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1
     and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
-    the H200, where L2's were not); fewer pairs: 64-row tiles and 4 warps."""
+    the H200, where L2's were not), half-row tail tiles (4-5 % faster at the production load; ptxas
+    spills a few per-item values for them, none in a K loop); fewer pairs: 64-row tiles and 4 warps."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
@@ -81,7 +83,7 @@ def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
     block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
     if rows > 96:
         return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
-                                num_stages=3, tma_w2=False)  # fmt: skip
+                                num_stages=3, tma_w2=False, half_tail=True)  # fmt: skip
     return PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
                             num_stages=3, tma_w2=False)  # fmt: skip
 
@@ -124,8 +126,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
             f"PersistentConfig.half_tail needs bf16, tma_h=False (the h descriptor's box is block_m rows) and "
             f"block_m >= 32 (tl.dot needs 16 rows), got {cfg.precision}, tma_h={pc.tma_h}, block_m={pc.block_m}"
         )
-    if pc.tma_a and pc.half_tail:
-        raise ValueError("PersistentConfig.tma_a needs half_tail=False (the A descriptor's box is block_m rows)")
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
