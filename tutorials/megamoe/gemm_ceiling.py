@@ -11,6 +11,8 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
 * ``scaled`` (fp8): the layer's block-scaled step (``persistent._scaled_step``) on two 128-column
   halves with per-row A scales and scalar B scales;
 * ``prefetch`` (fp8): ``scaled`` with each step's scales loaded during the step before;
+* ``prefetch64x2`` (fp8): ``prefetch`` on 64-row tiles of 4 warps, two programs per SM (one's rescale
+  can run beside the other's wgmma);
 * ``noload`` (fp8): ``scaled`` with scales made in registers: the step's arithmetic without load latency
   (its result is not checked);
 * ``halves`` (fp8): ``plain`` as two 128-column dots without scales (the scaled tile's shape alone);
@@ -83,7 +85,7 @@ def dense_tiles(
                 elif SCALED == 2:  # loaded one step ahead (+ 0.0: a loop-carried value must not be yielded
                     # unchanged, which Triton's pipeliner reads as a distance-2 dependence and then skips the loop)
                     a_s, lo_s, hi_s = a_next + 0.0, lo_next + 0.0, hi_next + 0.0
-                else:  # no loads: scales made in registers (the step's cost without their latency)
+                elif SCALED == 3:  # no loads: scales made in registers (the step's cost without their latency)
                     a_s = (offs_m % 7 + kb % 5 + 1).to(tl.float32)
                     lo_s = (kb % 3 + 1).to(tl.float32)
                     hi_s = (kb % 2 + 1).to(tl.float32)
@@ -170,17 +172,20 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
         got = fn()
         # cuBLAS fp8 runs on row-wise requantized operands: compared loosely (a wrong call is off by O(1)).
     else:
-        scaled = {"scaled": 1, "prefetch": 2, "noload": 3}.get(variant, 0)
+        scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3}.get(variant, 0)
+        two_per_sm = variant == "prefetch64x2"
+        block_m, warps = (64, 4) if two_per_sm else (128, 8)
+        if two_per_sm:  # two programs per SM (the caller gives them 2 stages: both fit in its shared memory)
+            programs *= 2
         halves = variant == "halves"
-        a_desc = _descriptor(aq, [128, block_k])
+        a_desc = _descriptor(aq, [block_m, block_k])
         b_desc = _descriptor(bq, [128 if scaled or halves else block_n, block_k])
-        tiles = (m // 128) * (n // block_n)
-        grid = (min(programs, tiles),)
+        grid = (min(programs, (m // block_m) * (n // block_n)),)
 
         def fn() -> None:
-            dense_tiles[grid](a_desc, b_desc, c, a_s, b_s, m, n, k, NUM_PROGRAMS=grid[0], BLOCK_M=128,
+            dense_tiles[grid](a_desc, b_desc, c, a_s, b_s, m, n, k, NUM_PROGRAMS=grid[0], BLOCK_M=block_m,
                               BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SCALED=scaled, HALVES=halves,
-                              num_warps=8, num_stages=stages)  # fmt: skip
+                              num_warps=warps, num_stages=stages)  # fmt: skip
 
         try:
             fn()
@@ -205,20 +210,20 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # The layer's two GEMMs over all 4096 pairs as dense matrices: L1 [pairs, H] x [H, 2I], L2 [pairs, I] x [I, H].
     shapes = [(4096, 3072, 4096), (4096, 4096, 1536)]
+    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "prefetch64x2", "noload"], "bf16": ["plain"]}
     rows = []
     for m, n, k in shapes:
-        for precision, variants in (("fp8", ["plain", "halves", "scaled", "prefetch", "noload"]), ("bf16", ["plain"])):
-            rows.append(run(m, n, k, precision, "cublas", sms, 0))
-            for variant in variants:
-                for stages in args.stages:
-                    rows.append(run(m, n, k, precision, variant, sms, stages))
-            for r in rows[-(1 + len(variants) * len(args.stages)) :]:
+        for precision, names in variants.items():
+            runs = [("cublas", 0)] + [(v, s) for v in names for s in ([2] if v == "prefetch64x2" else args.stages)]
+            for variant, stages in runs:
+                r = run(m, n, k, precision, variant, sms, stages)
+                rows.append(r)
+                head = f"{r['shape']} {precision:5} {variant:12} s{stages}:"
                 if "error" in r:
-                    print(f"{r['shape']} {r['precision']:5} {r['variant']:7} s{r['stages']}: {r['error']}")
+                    print(head, r["error"])
                 else:
-                    print(f"{r['shape']} {r['precision']:5} {r['variant']:7} s{r['stages']}: {r['us']:7.1f} us "
-                          f"{r['tflops']:6.0f} TF/s  {r['tile_us_per_sm']:5.1f} us/tile/SM  err {r['rel_error']:.1e}"
-                          f"{'' if r['ok'] else '  WRONG'}")  # fmt: skip
+                    print(f"{head} {r['us']:7.1f} us {r['tflops']:6.0f} TF/s  {r['tile_us_per_sm']:5.1f} us/tile/SM  "
+                          f"err {r['rel_error']:.1e}{'  WRONG' if r['ok'] is False else ''}")  # fmt: skip
     meta = {**run_metadata(), "rows": rows}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
