@@ -88,7 +88,7 @@ from triton_raw_ext import dialect
 
 from .config import FP8_BLOCK, MoEConfig, max_m_tiles, next_pow2
 from .kernels import DEVICE_FILE, _tile_of, _topk_rows, moe_peer_ptr, moe_pull, moe_push
-from .kernels_fp8 import _quantize_rows
+from .kernels_fp8 import _quantize_blocks, _quantize_rows
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
@@ -383,14 +383,13 @@ def _route_item(
             ids = _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
             _plan_rows(ids, offs_t, mask_t, rank_sym, slot_ptr, send_idx_sym, pair_count, sent_count, K, K_P2, E_LOC,
                        WORLD, W_P2, T_MAX)  # fmt: skip
-        if FP8:
-            cc = tl.arange(0, QBLOCK)
-            for cb in range(0, ROUTE_COLS // QBLOCK):
-                kb = ch * (ROUTE_COLS // QBLOCK) + cb
-                offs = rows[:, None] * H + kb * QBLOCK + cc[None, :]
-                q, scale = _quantize_rows(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32))
-                tl.store(x_sym + offs, q, mask=mask_t[:, None])
-                tl.store(xs_sym + rows * (H // QBLOCK) + kb, scale, mask=mask_t)
+        if FP8:  # the item's columns at once: a block at a time, each block waited for its load's latency
+            BLOCKS: tl.constexpr = ROUTE_COLS // QBLOCK
+            offs = rows[:, None] * H + ch * ROUTE_COLS + tl.arange(0, ROUTE_COLS)[None, :]
+            q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), BLOCKS)
+            tl.store(x_sym + offs, q, mask=mask_t[:, None])
+            kb = ch * BLOCKS + tl.arange(0, BLOCKS)
+            tl.store(xs_sym + rows[:, None] * (H // QBLOCK) + kb[None, :], scale, mask=mask_t[:, None])
         elif COPY_X:
             cc = tl.arange(0, 64)  # H and ROUTE_COLS are multiples of 64
             for c0 in range(0, ROUTE_COLS, 64):
