@@ -383,7 +383,7 @@ def _route_item(
             ids = _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
             _plan_rows(ids, offs_t, mask_t, rank_sym, slot_ptr, send_idx_sym, pair_count, sent_count, K, K_P2, E_LOC,
                        WORLD, W_P2, T_MAX)  # fmt: skip
-        if FP8:  # the item's columns at once: a block at a time, each block waited for its load's latency
+        if FP8:  # all the item's columns in one step (block by block, each block paid its load's latency in turn)
             BLOCKS: tl.constexpr = ROUTE_COLS // QBLOCK
             offs = rows[:, None] * H + ch * ROUTE_COLS + tl.arange(0, ROUTE_COLS)[None, :]
             q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), BLOCKS)
