@@ -383,19 +383,28 @@ def _route_item(
             ids = _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
             _plan_rows(ids, offs_t, mask_t, rank_sym, slot_ptr, send_idx_sym, pair_count, sent_count, K, K_P2, E_LOC,
                        WORLD, W_P2, T_MAX)  # fmt: skip
-        if FP8:  # all the item's columns in one step (block by block, each block paid its load's latency in turn)
-            BLOCKS: tl.constexpr = ROUTE_COLS // QBLOCK
-            offs = rows[:, None] * H + ch * ROUTE_COLS + tl.arange(0, ROUTE_COLS)[None, :]
-            q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), BLOCKS)
-            tl.store(x_sym + offs, q, mask=mask_t[:, None])
-            kb = ch * BLOCKS + tl.arange(0, BLOCKS)
-            tl.store(xs_sym + rows[:, None] * (H // QBLOCK) + kb[None, :], scale, mask=mask_t[:, None])
+        if FP8 and WORLD == 1:  # the item's columns in one step (block by block, each paid a load's latency)
+            _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, ch * ROUTE_COLS, H, ROUTE_COLS)
+        elif FP8:  # 256 columns per step: 1024 held in registers made ptxas spill inside the GEMM loops here
+            for c0 in range(ch * ROUTE_COLS, (ch + 1) * ROUTE_COLS, 2 * QBLOCK):
+                _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, c0, H, 2 * QBLOCK)
         elif COPY_X:
             cc = tl.arange(0, 64)  # H and ROUTE_COLS are multiples of 64
             for c0 in range(0, ROUTE_COLS, 64):
                 offs = rows[:, None] * H + ch * ROUTE_COLS + c0 + cc[None, :]
                 tl.store(x_sym + offs, tl.load(x_ptr + offs, mask=mask_t[:, None]), mask=mask_t[:, None])
     _release(sched_ptr + ROUTE_DONE)
+
+
+@triton.jit
+def _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, c0, H: tl.constexpr, COLS: tl.constexpr):
+    """Columns [c0, c0 + COLS) of x's ``rows`` quantized into x_sym and their scales into x_scale, all in one
+    step (``kernels_fp8._quantize_blocks``)."""
+    offs = rows[:, None] * H + c0 + tl.arange(0, COLS)[None, :]
+    q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), COLS // QBLOCK)
+    tl.store(x_sym + offs, q, mask=mask_t[:, None])
+    kb = c0 // QBLOCK + tl.arange(0, COLS // QBLOCK)
+    tl.store(xs_sym + rows[:, None] * (H // QBLOCK) + kb[None, :], scale, mask=mask_t[:, None])
 
 
 @triton.jit
