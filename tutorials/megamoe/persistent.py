@@ -387,8 +387,8 @@ def _route_item(
             _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, ch * ROUTE_COLS, H, ROUTE_COLS)
         elif FP8:  # <= 256 columns per step: 1024 held in registers made ptxas spill inside the GEMM loops here
             STEP: tl.constexpr = ROUTE_COLS if ROUTE_COLS < 2 * QBLOCK else 2 * QBLOCK
-            for c0 in range(ch * ROUTE_COLS, (ch + 1) * ROUTE_COLS, STEP):
-                _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, c0, H, STEP)
+            for c0 in range(0, ROUTE_COLS, STEP):  # constant bounds: Triton 3.6's interpreter needs them
+                _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, ch * ROUTE_COLS + c0, H, STEP)
         elif COPY_X:
             cc = tl.arange(0, 64)  # H and ROUTE_COLS are multiples of 64
             for c0 in range(0, ROUTE_COLS, 64):
