@@ -16,6 +16,8 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
 * ``noload`` (fp8): ``scaled`` with scales made in registers: the step's arithmetic without load latency
   (its result is not checked);
 * ``halves`` (fp8): ``plain`` as two 128-column dots without scales (the scaled tile's shape alone);
+* ``gluon`` (fp8): the scaled tile in Gluon with the wgmma waits placed by hand, so that three of each
+  two K blocks' four rescales run beside a wgmma (``gluon_scaled_tiles``; even stage counts only);
 * ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16).
 
 Each variant but ``noload`` is checked against a float32 matmul of the same operands. Prints a table
@@ -156,7 +158,16 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
         aq, bq, a_s, b_s = a.bfloat16(), b.bfloat16(), None, None
         ref = aq.float() @ bq.float().T
         block_k, block_n = 64, 256
-    if variant == "cublas":
+    if variant == "gluon":
+        from .gluon_scaled_tiles import launch
+
+        try:
+            fn = launch(aq, bq, a_s, b_s, c, programs, stages)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - a variant this Triton cannot build is reported, not fatal
+            return {**row, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        got = c
+    elif variant == "cublas":
         if precision == "fp8":
             # cuBLAS takes row-wise scales: the same values requantized with one scale per row of A and of B
             ra = aq.float() * a_s.repeat_interleave(BLOCK, 1)
@@ -208,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # The layer's two GEMMs over all 4096 pairs as dense matrices: L1 [pairs, H] x [H, 2I], L2 [pairs, I] x [I, H].
     shapes = [(4096, 3072, 4096), (4096, 4096, 1536)]
-    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "prefetch64x2", "noload"], "bf16": ["plain"]}
+    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "prefetch64x2", "noload", "gluon"], "bf16": ["plain"]}
     rows = []
     for m, n, k in shapes:
         for precision, names in variants.items():
-            runs = [("cublas", 0)] + [(v, s) for v in names for s in ([2] if v == "prefetch64x2" else args.stages)]
+            stage_counts = {"prefetch64x2": [2], "gluon": [s for s in args.stages if s % 2 == 0]}
+            runs = [("cublas", 0)] + [(v, s) for v in names for s in stage_counts.get(v, args.stages)]
             for variant, stages in runs:
                 r = run(m, n, k, precision, variant, sms, stages)
                 rows.append(r)

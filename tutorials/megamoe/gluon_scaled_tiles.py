@@ -15,15 +15,18 @@ rescales run while the other half's wgmma is in flight::
     wait 0;                         rescale hi
 
 Nothing is in flight across the loop's back edge: with a wgmma in flight there, ptxas serialized every
-wgmma of the kernel (C7514) or waited before the rescale (C7517) in each form tried. Each accumulator is kept in units of the scales of the K block its next wgmma adds, as
-in ``_scaled_step`` (ratio = those scales over the next block's; 1 past the last block), so a tile holds
-128 rows. A, B and the scales are ``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K
-(a_scale [M, K / 128]), B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]). The
-operands come through TMA into STAGES stages; a stage is loaded again after every warpgroup's wgmmas
-that read it are done (a CTA barrier after each iteration's last wait).
+wgmma of the kernel (C7514) or waited before the rescale (C7517) in each form tried. Each accumulator is
+kept in units of the scales of the K block its next wgmma adds, as in ``_scaled_step`` (ratio = those
+scales over the next block's; 1 past the last block), so a tile holds 128 rows. A, B and the scales are
+``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K (a_scale [M, K / 128]), B [N, K] e4m3
+with one per 128 x 128 block (b_scale [N / 128, K / 128]). The operands come through TMA into STAGES
+stages; a stage is loaded again after every warpgroup's wgmmas that read it are done (a CTA barrier
+after each iteration's last wait).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from triton.experimental import gluon
@@ -70,6 +73,7 @@ def _ratio(a_was, b_was, a_s, b_s):
 
 @gluon.jit
 def _wgmma(a_bufs, b_bufs, stage, acc):
+    """Issue acc + A @ B^T on the operands in ``stage`` (async: returns the accumulator's token)."""
     return warpgroup_mma(a_bufs.index(stage), b_bufs.index(stage).permute((1, 0)), acc, is_async=True)
 
 
@@ -162,7 +166,7 @@ def scaled_tiles(
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, c: torch.Tensor,
-           programs: int, stages: int = 4, group_m: int = 8):  # fmt: skip
+           programs: int, stages: int = 4, group_m: int = 8) -> Callable[[], None]:  # fmt: skip
     """c = the block-scaled a @ b^T with :func:`scaled_tiles` on min(programs, tiles) programs of 8 warps;
     returns a callable that launches it again (for timing). a [M, K] and b [N, K] e4m3, a_scale [M, K / 128]
     and b_scale [N / 128, K / 128] float32, c [M, N] bf16."""
