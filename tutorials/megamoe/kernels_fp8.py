@@ -57,6 +57,18 @@ def _quantize_blocks(v, BLOCKS: tl.constexpr):
     return tl.reshape(q, [rows, v.shape[1]]).to(tl.float8e4nv), scale
 
 
+@triton.jit
+def _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, c0, H: tl.constexpr, COLS: tl.constexpr):
+    """Columns [c0, c0 + COLS) of x's ``rows`` (bf16 [T, H]) quantized into x_sym (e4m3 [T, H]) and their
+    scales into xs_sym (float32 [T, H / 128]), all blocks in one step (:func:`_quantize_blocks`): a block
+    at a time, each waited for its own load."""
+    offs = rows[:, None] * H + c0 + tl.arange(0, COLS)[None, :]
+    q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), COLS // QBLOCK)
+    tl.store(x_sym + offs, q, mask=mask_t[:, None])
+    kb = c0 // QBLOCK + tl.arange(0, COLS // QBLOCK)
+    tl.store(xs_sym + rows[:, None] * (H // QBLOCK) + kb[None, :], scale, mask=mask_t[:, None])
+
+
 @triton.jit(do_not_specialize=["T"])
 def moe_route_fp8(
     logits_ptr,
@@ -79,13 +91,7 @@ def moe_route_fp8(
     if tl.program_id(1) == 0:
         _route_topk(logits_ptr, ids_sym, w_sym, T, E, E_P2, K, K_P2, BLOCK_T)
     rows, mask_t = _token_rows(T, BLOCK_T)
-    cc = tl.arange(0, QBLOCK)
-    for chunk_kb in range(0, H_CHUNK // QBLOCK):
-        kb = tl.program_id(1) * (H_CHUNK // QBLOCK) + chunk_kb
-        offs = rows[:, None] * H + kb * QBLOCK + cc[None, :]
-        q, scale = _quantize_rows(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32))
-        tl.store(x_sym + offs, q, mask=mask_t[:, None])
-        tl.store(xs_sym + rows * (H // QBLOCK) + kb, scale, mask=mask_t)
+    _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, tl.program_id(1) * H_CHUNK, H, H_CHUNK)
 
 
 @triton.jit(do_not_specialize=["me"])

@@ -88,7 +88,7 @@ from triton_raw_ext import dialect
 
 from .config import FP8_BLOCK, MoEConfig, max_m_tiles, next_pow2
 from .kernels import DEVICE_FILE, _tile_of, _topk_rows, moe_peer_ptr, moe_pull, moe_push
-from .kernels_fp8 import _quantize_blocks, _quantize_rows
+from .kernels_fp8 import _quantize_cols, _quantize_rows
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
@@ -395,17 +395,6 @@ def _route_item(
                 offs = rows[:, None] * H + ch * ROUTE_COLS + c0 + cc[None, :]
                 tl.store(x_sym + offs, tl.load(x_ptr + offs, mask=mask_t[:, None]), mask=mask_t[:, None])
     _release(sched_ptr + ROUTE_DONE)
-
-
-@triton.jit
-def _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, c0, H: tl.constexpr, COLS: tl.constexpr):
-    """Columns [c0, c0 + COLS) of x's ``rows`` quantized into x_sym and their scales into x_scale, all in one
-    step (``kernels_fp8._quantize_blocks``)."""
-    offs = rows[:, None] * H + c0 + tl.arange(0, COLS)[None, :]
-    q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), COLS // QBLOCK)
-    tl.store(x_sym + offs, q, mask=mask_t[:, None])
-    kb = c0 // QBLOCK + tl.arange(0, COLS // QBLOCK)
-    tl.store(xs_sym + rows[:, None] * (H // QBLOCK) + kb[None, :], scale, mask=mask_t[:, None])
 
 
 @triton.jit
