@@ -158,16 +158,7 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
         aq, bq, a_s, b_s = a.bfloat16(), b.bfloat16(), None, None
         ref = aq.float() @ bq.float().T
         block_k, block_n = 64, 256
-    if variant == "gluon":
-        from .gluon_scaled_tiles import launch
-
-        try:
-            fn = launch(aq, bq, a_s, b_s, c, programs, stages)
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - a variant this Triton cannot build is reported, not fatal
-            return {**row, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-        got = c
-    elif variant == "cublas":
+    if variant == "cublas":
         if precision == "fp8":
             # cuBLAS takes row-wise scales: the same values requantized with one scale per row of A and of B
             ra = aq.float() * a_s.repeat_interleave(BLOCK, 1)
@@ -181,25 +172,30 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
             fn = lambda: torch.matmul(aq, bt)  # noqa: E731
         got = fn()  # fp8 requantized row-wise: compared loosely (a wrong call is off by O(1))
     else:
-        scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3}.get(variant, 0)
-        two_per_sm = variant == "prefetch64x2"
-        block_m, warps = (64, 4) if two_per_sm else (128, 8)
-        if two_per_sm:  # two programs per SM (the caller gives them 2 stages: both fit in its shared memory)
-            programs *= 2
-        halves = variant == "halves"
-        a_desc = _descriptor(aq, [block_m, block_k])
-        b_desc = _descriptor(bq, [128 if scaled or halves else block_n, block_k])
-        grid = (min(programs, (m // block_m) * (n // block_n)),)
+        if variant == "gluon":
+            from .gluon_scaled_tiles import scaled_tiles_call
 
-        def fn() -> None:
-            dense_tiles[grid](a_desc, b_desc, c, a_s, b_s, m, n, k, NUM_PROGRAMS=grid[0], BLOCK_M=block_m,
-                              BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SCALED=scaled, HALVES=halves,
-                              num_warps=warps, num_stages=stages)  # fmt: skip
+            fn = scaled_tiles_call(aq, bq, a_s, b_s, c, programs, stages)
+        else:
+            scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3}.get(variant, 0)
+            two_per_sm = variant == "prefetch64x2"
+            block_m, warps = (64, 4) if two_per_sm else (128, 8)
+            if two_per_sm:  # two programs per SM (the caller gives them 2 stages: both fit in its shared memory)
+                programs *= 2
+            halves = variant == "halves"
+            a_desc = _descriptor(aq, [block_m, block_k])
+            b_desc = _descriptor(bq, [128 if scaled or halves else block_n, block_k])
+            grid = (min(programs, (m // block_m) * (n // block_n)),)
+
+            def fn() -> None:
+                dense_tiles[grid](a_desc, b_desc, c, a_s, b_s, m, n, k, NUM_PROGRAMS=grid[0], BLOCK_M=block_m,
+                                  BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SCALED=scaled, HALVES=halves,
+                                  num_warps=warps, num_stages=stages)  # fmt: skip
 
         try:
             fn()
             torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - a variant Triton cannot build is reported, not fatal
+        except Exception as exc:  # noqa: BLE001 - a variant this Triton cannot build is reported, not fatal
             return {**row, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
         got = c
     err = ((got.float() - ref).norm() / ref.norm()).item()

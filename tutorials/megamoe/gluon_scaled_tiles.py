@@ -165,11 +165,13 @@ def scaled_tiles(
         mbarrier.invalidate(ready.index(i))
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, c: torch.Tensor,
-           programs: int, stages: int = 4, group_m: int = 8) -> Callable[[], None]:  # fmt: skip
-    """c = the block-scaled a @ b^T with :func:`scaled_tiles` on min(programs, tiles) programs of 8 warps;
-    returns a callable that launches it again (for timing). a [M, K] and b [N, K] e4m3, a_scale [M, K / 128]
-    and b_scale [N / 128, K / 128] float32, c [M, N] bf16."""
+def scaled_tiles_call(
+    a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, c: torch.Tensor, programs: int,
+    stages: int = 4, group_m: int = 8,
+) -> Callable[[], None]:  # fmt: skip
+    """A callable that computes c = the block-scaled a @ b^T with :func:`scaled_tiles` on min(programs, tiles)
+    programs of 8 warps, each time it is called. a [M, K] and b [N, K] e4m3, a_scale [M, K / 128] and
+    b_scale [N / 128, K / 128] float32, c [M, N] bf16."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     (m, k), n = a.shape, b.shape[0]
@@ -185,5 +187,4 @@ def launch(a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: tor
         scaled_tiles[grid](a_desc, b_desc, c, a_scale, b_scale, m, n, k, NUM_PROGRAMS=grid[0], GROUP_M=group_m,
                            STAGES=stages, num_warps=8)  # fmt: skip
 
-    run()
     return run
