@@ -171,9 +171,8 @@ def wgmma_loop_spills(sass: list[str]) -> list[str]:
     return [sass[i].strip() for a, b in innermost for i in range(a, b + 1) if re.search(r"\b(LDL|STL)\b", sass[i])]
 
 
-def assert_no_spills_in_wgmma_loops(cubin: bytes, tmp_path: Path) -> None:
-    """No ptxas spill in a loop that runs wgmma (:func:`wgmma_loop_spills` on the SASS of ``cubin``): values
-    a kernel spills once and reloads per work item cost a few cached loads, spills in a K loop every step."""
+def sass(cubin: bytes, tmp_path: Path) -> str:
+    """The SASS of ``cubin`` (Triton's nvdisasm)."""
     import subprocess
 
     import triton
@@ -181,8 +180,13 @@ def assert_no_spills_in_wgmma_loops(cubin: bytes, tmp_path: Path) -> None:
     path = tmp_path / "kernel.cubin"
     path.write_bytes(cubin)
     disasm = triton.knobs.nvidia.nvdisasm.path
-    sass = subprocess.run([disasm, "-c", str(path)], capture_output=True, text=True, check=True).stdout
-    spills = wgmma_loop_spills(sass.splitlines())
+    return subprocess.run([disasm, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def assert_no_spills_in_wgmma_loops(cubin: bytes, tmp_path: Path) -> None:
+    """No ptxas spill in a loop that runs wgmma (:func:`wgmma_loop_spills` on the SASS of ``cubin``): values
+    a kernel spills once and reloads per work item cost a few cached loads, spills in a K loop every step."""
+    spills = wgmma_loop_spills(sass(cubin, tmp_path).splitlines())
     assert not spills, spills
 
 

@@ -244,9 +244,7 @@ def test_gluon_scaled_tiles_rescale_beside_wgmma(tmp_path):
     gsb0, 0x1``) is followed, before the next wait, by the rescale that runs beside that wgmma: a multiply per
     accumulator register of a thread (128 x 128 / 256), of which ptxas may schedule a few past the next wait
     (up to 2 of 64 seen with Triton 3.8 and 3.9)."""
-    import subprocess
-
-    from conftest import aot, ptxas_report
+    from conftest import aot, ptxas_report, sass
     from triton.experimental.gluon import language as gl
 
     from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
@@ -261,10 +259,7 @@ def test_gluon_scaled_tiles_rescale_beside_wgmma(tmp_path):
     report = ptxas_report(compiled.asm["ptx"], tmp_path)
     assert not re.search(r"\(C75\d\d\)", report), report
     assert_no_spills_in_wgmma_loops(compiled.asm["cubin"], tmp_path)
-    (tmp_path / "tiles.cubin").write_bytes(compiled.asm["cubin"])
-    sass = subprocess.run([triton.knobs.nvidia.nvdisasm.path, "-c", str(tmp_path / "tiles.cubin")],
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
-    ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", sass)
+    ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", sass(compiled.asm["cubin"], tmp_path))
     waits = [i for i, op in enumerate(ops) if op == "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
     assert len(waits) == 3, ops
     for i in waits:
