@@ -60,8 +60,8 @@ def _quantize_blocks(v, BLOCKS: tl.constexpr):
 @triton.jit
 def _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, c0, H: tl.constexpr, COLS: tl.constexpr):
     """Columns [c0, c0 + COLS) of x's ``rows`` (bf16 [T, H]) quantized into x_sym (e4m3 [T, H]) and their
-    scales into xs_sym (float32 [T, H / 128]), all blocks in one step (:func:`_quantize_blocks`): a block
-    at a time, each waited for its own load."""
+    scales into xs_sym (float32 [T, H / 128]), all blocks in one step (:func:`_quantize_blocks`) rather
+    than a block at a time, where each block waits for its own load."""
     offs = rows[:, None] * H + c0 + tl.arange(0, COLS)[None, :]
     q, scale = _quantize_blocks(tl.load(x_ptr + offs, mask=mask_t[:, None], other=0.0).to(tl.float32), COLS // QBLOCK)
     tl.store(x_sym + offs, q, mask=mask_t[:, None])
