@@ -383,10 +383,10 @@ def _route_item(
             ids = _topk_rows(logits_ptr, ids_sym, w_sym, rows, mask_t, E, E_P2, K, K_P2, ROUTE_TOKENS)
             _plan_rows(ids, offs_t, mask_t, rank_sym, slot_ptr, send_idx_sym, pair_count, sent_count, K, K_P2, E_LOC,
                        WORLD, W_P2, T_MAX)  # fmt: skip
-        if FP8 and WORLD == 1:  # the item's columns in one step (block by block, each paid a load's latency)
-            _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, ch * ROUTE_COLS, H, ROUTE_COLS)
-        elif FP8:  # <= 256 columns per step: 1024 held in registers made ptxas spill inside the GEMM loops here
-            STEP: tl.constexpr = ROUTE_COLS if ROUTE_COLS < 2 * QBLOCK else 2 * QBLOCK
+        if FP8:
+            # All the item's columns in one step (block by block, each paid a load's latency), but at world > 1
+            # at most 256: 1024 held in registers there made ptxas spill inside the GEMM loops.
+            STEP: tl.constexpr = ROUTE_COLS if WORLD == 1 or ROUTE_COLS < 2 * QBLOCK else 2 * QBLOCK
             for c0 in range(0, ROUTE_COLS, STEP):  # constant bounds: Triton 3.6's interpreter needs them
                 _quantize_cols(x_ptr, x_sym, xs_sym, rows, mask_t, ch * ROUTE_COLS + c0, H, STEP)
         elif COPY_X:
