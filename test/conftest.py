@@ -159,16 +159,74 @@ def assert_no_spills(ptx: str, tmp_path: Path) -> None:
     assert spills and all(int(n) == 0 for n in spills), report
 
 
+def sass_cfg(sass: list[str]) -> tuple[list[list[int]], list[set[int]]]:
+    """Basic blocks (indices into ``sass``, nvdisasm lines) and each block's successors. A label starts a
+    block; a branch or an exit ends one; an unpredicated ``BRA``, ``EXIT`` or ``RET`` does not fall through."""
+    blocks: list[list[int]] = [[]]
+    labels: dict[str, int] = {}
+    for i, line in enumerate(sass):
+        if m := re.match(r"\s*(\.L_x_\d+):", line):
+            if blocks[-1]:
+                blocks.append([])
+            labels[m[1]] = len(blocks) - 1
+        elif re.search(r"\b(BRA|BRX|EXIT|RET)\b", line):
+            blocks[-1].append(i)
+            blocks.append([])
+        elif line.strip():
+            blocks[-1].append(i)
+    succ: list[set[int]] = []
+    for b, block in enumerate(blocks):
+        last = sass[block[-1]] if block else ""
+        out = {labels[m[1]]} if (m := re.search(r"BRA `\((\.L_x_\d+)\)", last)) else set()
+        ends = re.search(r"\b(BRA|BRX|EXIT|RET)\b", last) and not re.match(r"\s*(/\*\w+\*/)?\s*@", last)
+        if not ends and b + 1 < len(blocks):
+            out.add(b + 1)
+        succ.append(out)
+    return blocks, succ
+
+
+def natural_loops(succ: list[set[int]]) -> dict[int, set[int]]:
+    """The natural loops of a CFG entered at block 0: each loop header and the blocks of its loop (the
+    header, and every block that reaches one of its back edges' sources without passing the header). A
+    back edge is an edge to a block that dominates its source; nvdisasm's out-of-line retry blocks that
+    branch back into a loop are thus part of that loop, not loops of their own."""
+    n = len(succ)
+    pred: list[set[int]] = [set() for _ in range(n)]
+    for b, out in enumerate(succ):
+        for t in out:
+            pred[t].add(b)
+    dom = [set(range(n)) for _ in range(n)]
+    dom[0] = {0}
+    changed = True
+    while changed:
+        changed = False
+        for b in range(1, n):
+            new = set.intersection(*(dom[p] for p in pred[b])) | {b} if pred[b] else {b}
+            if new != dom[b]:
+                dom[b], changed = new, True
+    loops: dict[int, set[int]] = {}
+    for src, out in enumerate(succ):
+        for head in out:
+            if head in dom[src]:
+                body, todo = loops.setdefault(head, {head}), [src]
+                while todo:
+                    b = todo.pop()
+                    if b not in body:
+                        body.add(b)
+                        todo.extend(pred[b])
+    return loops
+
+
 def wgmma_loop_spills(sass: list[str]) -> list[str]:
     """The local-memory loads and stores (LDL / STL: ptxas spills) of ``sass`` (nvdisasm lines) that sit in
-    an innermost loop running wgmma (HGMMA, QGMMA for fp8); a loop is a branch back to an earlier label."""
-    labels = {m[1]: i for i, line in enumerate(sass) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
-    loops = [(labels[m[1]], i) for i, line in enumerate(sass)
-             if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and labels.get(m[1], i) < i]  # fmt: skip
-    wgmma = [(a, b) for a, b in loops if any(re.search(r"\b[HQI]GMMA", line) for line in sass[a : b + 1])]
-    innermost = [(a, b) for a, b in wgmma if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in wgmma)]
+    an innermost natural loop running wgmma (HGMMA, QGMMA for fp8)."""
+    blocks, succ = sass_cfg(sass)
+    loops = natural_loops(succ)
+    lines = {h: sorted(i for b in body for i in blocks[b]) for h, body in loops.items()}
+    wgmma = {h: body for h, body in loops.items() if any(re.search(r"\b[HQI]GMMA", sass[i]) for i in lines[h])}
+    innermost = [h for h, body in wgmma.items() if not any(o != h and o in body for o in wgmma)]
     assert innermost, "no loop runs wgmma"
-    return [sass[i].strip() for a, b in innermost for i in range(a, b + 1) if re.search(r"\b(LDL|STL)\b", sass[i])]
+    return [sass[i].strip() for h in sorted(innermost) for i in lines[h] if re.search(r"\b(LDL|STL)\b", sass[i])]
 
 
 def sass(cubin: bytes, tmp_path: Path) -> str:
