@@ -269,8 +269,8 @@ def test_gluon_scaled_tiles_rescale_beside_wgmma(tmp_path):
 
 
 def test_spills_count_only_inside_the_loops_that_run_wgmma():
-    """``wgmma_loop_spills`` reports the spills of an innermost wgmma loop, not those of the loop around it
-    or of straight-line code."""
+    """``wgmma_loop_spills`` reports the spills of an innermost wgmma loop, not those of the loop around it,
+    of straight-line code or of code after the loop that an out-of-line block branches back over."""
     sass = """
         STL [R1], R2 ;
     .L_x_1:
@@ -284,3 +284,20 @@ def test_spills_count_only_inside_the_loops_that_run_wgmma():
     """.splitlines()
     assert wgmma_loop_spills(sass) == ["LDL.64 R4, [R1+0x8] ;"]
     assert wgmma_loop_spills([line for line in sass if "LDL.64" not in line]) == []
+    # ptxas puts a barrier wait's retry out of line after the kernel's exit, branching back into the loop:
+    # part of the loop, and no loop of its own that would take in the spill after the loop
+    retry = """
+    .L_x_3:
+        @!P0 BRA `(.L_x_9) ;
+    .L_x_4:
+        QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24 ;
+        @P1 BRA `(.L_x_3) ;
+        LDL R6, [R1+0xc] ;
+        EXIT ;
+    .L_x_9:
+        SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR8], R7 ;
+        @!P0 BRA `(.L_x_9) ;
+        BRA `(.L_x_4) ;
+    """.splitlines()
+    assert wgmma_loop_spills(retry) == []
+    assert wgmma_loop_spills([*retry[:3], "    STL [R1+0x10], R8 ;", *retry[3:]]) == ["STL [R1+0x10], R8 ;"]
