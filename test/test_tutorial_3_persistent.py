@@ -273,6 +273,37 @@ def test_trace_summary_per_region():
     assert len(format_summary(out)) == 2 + 4
     with pytest.raises(ValueError, match="no item"):
         summarize(np.zeros_like(trace), sch)
+    # the same call with L1's first item on a full M tile and its second on a 2-pair tail
+    rows = {"l1": np.zeros(s["L2_START"] - s["L1_START"], dtype=np.int64)}
+    rows["l1"][:2] = [128, 2]
+    l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
+    assert (l1["tail_items"], l1["tail_mean_item_us"], l1["tail_mean_rows"], l1["full_mean_item_us"]) == (1, 4.0, 2, 5)
+    rows["l1"][:2] = [128, 0]  # the second item past the call's M tiles: neither a tail nor a full tile
+    l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
+    assert (l1["tail_items"], l1["full_mean_item_us"], l1["idle_items"]) == (0, 5, 1)
+    assert len(format_summary(summarize(trace, sch, rows, 128))) == 2 + 4 + 1
+
+
+def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
+    """Experts of 130, 0, 5 and 128 pairs make M tiles of 128, 2, 5 and 128 pairs; L1's items (12 N tiles)
+    walk them in groups of 8 M tiles, N fastest inside: pairs 128, 2, 5, 128, then the next N tile."""
+    import numpy as np
+
+    from tutorials.megamoe.trace_persistent import gemm_item_rows
+
+    cfg = dataclasses.replace(PRODUCTION, max_tokens=64)
+    pc = choose_persistent(cfg)
+    sch = schedule(cfg, pc)
+    layout = np.zeros(sch.layout_words, dtype=np.int32)
+    layout[1:5] = [130, 0, 5, 128]
+    rows = gemm_item_rows(layout, sch, cfg.local_experts, 128, {"l1": 12, "l2": 16}, 8)
+    assert rows["l1"][:8].tolist() == [128, 2, 5, 128] * 2
+    assert rows["l1"][4 * 12 - 1] == 128 and not rows["l1"][4 * 12 :].any()
+    assert rows["l2"][: 4 * 16].tolist() == [128, 2, 5, 128] * 16 and not rows["l2"][4 * 16 :].any()
+    assert len(rows["l2"]) == sch.starts()["COMBINE_START"] - sch.starts()["L2_START"]
+    layout[1:11] = [128] * 9 + [3]  # 10 M tiles: a group of 8, then one of 2 (tiles 8 and 9) taking turns
+    groups = gemm_item_rows(layout, sch, 16, 128, {"l1": 12}, 8)["l1"]
+    assert (groups[: 8 * 12] == 128).all() and groups[8 * 12 : 10 * 12].tolist() == [128, 3] * 12
 
 
 def test_state_check_lets_only_a_peers_plan_flag_run_one_call_ahead():

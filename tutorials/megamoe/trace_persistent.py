@@ -4,7 +4,8 @@ With ``PersistentConfig.trace`` every work item writes when a program took it, w
 items), when it finished (%globaltimer) and its SM (``persistent.TRACE_FIELDS``). :func:`summarize` turns
 those rows into a per-region table: items run, when the region's first item started and its last
 ended (us from the call's first item), the items' busy time, the part of it spent waiting (GEMM
-items), the mean and longest item; and the call's span and how busy its programs were. ``main``
+items), the mean and longest item, for the GEMM regions the items on experts' last, partial M tiles
+apart; and the call's span and how busy its programs were. ``main``
 builds a traced layer per ``--config`` at world 1 (the production per-rank load by default), times it
 (median of ``triton.testing.do_bench``, eager, so the trace's own stores are in the time) and prints
 the table of its last call::
@@ -29,10 +30,35 @@ from .persistent_launch import knob_overrides
 START, READY, END, SM = range(len(TRACE_FIELDS))
 
 
-def summarize(trace: np.ndarray, schedule: Schedule) -> dict:
+def gemm_item_rows(layout: np.ndarray, schedule: Schedule, e_loc: int, block_m: int, n_tiles: dict[str, int],
+                   group_m: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """The pairs in each GEMM item's M tile, per GEMM region (``l1``, ``l2``; 0 past the call's M tiles),
+    from a call's ``layout`` buffer (``persistent._layout_item``: the pairs per local expert at [1, 1 +
+    e_loc)), its experts' tiles taken BLOCK_M pairs at a time and the items in ``kernels._tile_of``'s order
+    (``n_tiles``: N tiles per region)."""
+    counts = [int(c) for c in layout[1 : 1 + e_loc]]
+    rows = np.array([min(block_m, c - j * block_m) for c in counts for j in range(-(-c // block_m))], dtype=np.int64)
+    starts = schedule.starts()
+    ends = {"l1": starts["L2_START"], "l2": starts["COMBINE_START"]}
+    out = {}
+    for region, n in n_tiles.items():
+        idx = np.arange(ends[region] - starts[f"{region.upper()}_START"])
+        per_group = group_m * n
+        first_m = idx // per_group * group_m
+        pid_m = first_m + (idx % per_group) % np.maximum(np.minimum(len(rows) - first_m, group_m), 1)
+        out[region] = np.where(idx < len(rows) * n, rows[np.minimum(pid_m, max(len(rows) - 1, 0))], 0)
+    return out
+
+
+def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.ndarray] | None = None,
+              block_m: int = 0) -> dict:  # fmt: skip
     """Per-region timing of one traced call from its ``trace`` rows ([N_ITEMS, len(TRACE_FIELDS)] int64,
     zero for items not run: the GEMM items past the call's M tiles). Times in us from the call's first
-    item; ``busy_us`` sums the items' durations, ``wait_us`` the part before their wait ended."""
+    item; ``busy_us`` sums the items' durations, ``wait_us`` the part before their wait ended. With
+    ``item_rows`` (:func:`gemm_item_rows`) its regions also report their items on M tiles of fewer than
+    ``block_m`` pairs (experts' last tiles): ``tail_items``, ``tail_mean_item_us``, ``tail_mean_rows``, the
+    full tiles' ``full_mean_item_us``, and ``idle_items``: items taken past the call's M tiles, which
+    only end the region."""
     ran = trace[:, END] > 0
     if not ran.any():
         raise ValueError("summarize: no item of the trace ran (was the layer built with trace=True?)")
@@ -55,6 +81,16 @@ def summarize(trace: np.ndarray, schedule: Schedule) -> dict:
             "mean_item_us": float(took.mean()),
             "max_item_us": float(took.max()),
         }
+        if item_rows is not None and name in item_rows:
+            pairs = item_rows[name][ran[lo:hi]]
+            tail, full = (pairs > 0) & (pairs < block_m), pairs >= block_m
+            regions[name].update({
+                "tail_items": int(tail.sum()),
+                "tail_mean_item_us": float(took[tail].mean()) if tail.any() else 0.0,
+                "tail_mean_rows": float(pairs[tail].mean()) if tail.any() else 0.0,
+                "full_mean_item_us": float(took[full].mean()) if full.any() else 0.0,
+                "idle_items": int((pairs == 0).sum()),
+            })  # fmt: skip
     span_us = float((t_end - t0) / 1e3)
     sms = int(len(np.unique(trace[ran, SM])))
     busy = sum(r["busy_us"] for r in regions.values())
@@ -72,6 +108,10 @@ def format_summary(summary: dict) -> list[str]:
         lines.append(f"{name:<9} {r['items']:6d} {r['first_start_us']:9.1f} {r['last_end_us']:9.1f} "
                      f"{r['busy_us']:10.1f} {waiting:8.0%} {r['mean_item_us']:8.2f} "
                      f"{r['max_item_us']:8.2f}")  # fmt: skip
+        if "tail_items" in r:
+            lines.append(f"  {r['tail_items']} on experts' last, partial M tiles ({r['tail_mean_rows']:.1f} pairs "
+                         f"on average): {r['tail_mean_item_us']:.2f} us each; full tiles "
+                         f"{r['full_mean_item_us']:.2f} us; {r['idle_items']} past the call's M tiles")  # fmt: skip
     return lines
 
 
@@ -126,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         layer.local["trace"].zero_()
         layer(x, logits, out=y)
         torch.cuda.synchronize()
-        summary = summarize(layer.local["trace"].cpu().numpy(), schedule(cfg, pc))
+        sch = schedule(cfg, pc)
+        rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, cfg.local_experts, pc.block_m,
+                              {"l1": i // pc.block_n1, "l2": h // pc.block_n2}, pc.group_m)  # fmt: skip
+        summary = summarize(layer.local["trace"].cpu().numpy(), sch, rows, pc.block_m)
         results.append({"config": dataclasses.asdict(pc), "eager_us": ms * 1e3, **summary})
         print(f"== {args.precision} {args.routing} [{text or 'defaults'}]: {ms * 1e3:.1f} us per eager call")
         print("\n".join(format_summary(summary)), flush=True)
