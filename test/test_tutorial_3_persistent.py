@@ -176,12 +176,6 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
                              132).constexprs["HALF_TAIL"] is True  # fmt: skip
     with_tma_a = dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_a=True)
     assert persistent_launch(PRODUCTION, with_tma_a, 132).constexprs["TMA_A"] is True  # half tiles gather
-    for narrow in (8, 24, 128):  # tl.dot's 16 columns, a power of two, at most half an M tile (128 rows)
-        with pytest.raises(ValueError, match=f"narrow_tail={narrow}: 0 .off. or a power of two from 16 .* = 64"):
-            persistent_launch(fp8, dataclasses.replace(choose_persistent(fp8), narrow_tail=narrow), 132)
-    for cfg in (PRODUCTION, fp8):
-        narrow = dataclasses.replace(choose_persistent(cfg), narrow_tail=64, tma_h=cfg is fp8)  # h gathered anyway
-        assert persistent_launch(cfg, narrow, 132).constexprs["NARROW_TAIL"] == 64
 
 
 def test_default_knobs():

@@ -233,7 +233,6 @@ def moe_persistent(
     L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
     N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr, TRACE: tl.constexpr,
     HALF_TAIL: tl.constexpr, TMA_A: tl.constexpr, BLOCK_HA: tl.constexpr, SETTLE_WGMMA: tl.constexpr,
-    NARROW_TAIL: tl.constexpr,
 ):  # fmt: skip
     """One call of the layer on this rank: every program takes items until none is left (module
     docstring). bf16 passes None for the fp8 scale buffers (the last six). ``a_src`` / ``a_scale`` are the
@@ -244,9 +243,7 @@ def moe_persistent(
     GEMM tile with at most BLOCK_M / 2 pairs left in its expert runs as a BLOCK_M / 2-row tile. TMA_A:
     dispatch copies each pair's row of ``a_src`` to its layout position in ``a_sorted`` (BLOCK_HA columns at
     a time), and L1 loads those rows through the descriptor ``a_op``; else both are None and L1 gathers
-    the rows of ``a_src``. SETTLE_WGMMA (fp8): each K step waits for its last wgmma (``_scaled_step``).
-    NARROW_TAIL (0: off): a GEMM tile with at most that many pairs left in its expert runs transposed, the
-    weights as the dot's rows and the pairs as its columns (``_l1_tail_fp8``); before HALF_TAIL."""
+    the rows of ``a_src``. SETTLE_WGMMA (fp8): each K step waits for its last wgmma (``_scaled_step``)."""
     N1: tl.constexpr = INTER // BLOCK_N1
     N2: tl.constexpr = H // BLOCK_N2
     PAIR_COUNT: tl.constexpr = COMB_DONE + WORLD  # per expert: this call's pairs to it so far (route items)
@@ -287,14 +284,7 @@ def moe_persistent(
                 row0 += moe_wait_count(sched_ptr + LANDED + pid_m, landed, WAIT_LANDED, me, wait_ms)
                 if TRACE:
                     tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
-                if NARROW_TAIL > 0 and row_end - row0 <= NARROW_TAIL:  # an expert's last tile, few pairs
-                    if FP8:
-                        _l1_tail_fp8(a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0,
-                                     row_end, pid_n, H, INTER, NARROW_TAIL, TMA_W1, True)  # fmt: skip
-                    else:
-                        _l1_tail_bf16(a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER,
-                                      NARROW_TAIL, BLOCK_N1, BLOCK_K, TMA_W1)  # fmt: skip
-                elif FP8:
+                if FP8:
                     _l1_tile_fp8(a_src, a_op, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0,
                                  row_end, pid_n, H, INTER, BLOCK_M, TMA_W1, TMA_A, SETTLE_WGMMA)  # fmt: skip
                 elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:  # an expert's last tile, half full or less
@@ -315,14 +305,7 @@ def moe_persistent(
                 row0 += moe_wait_count(sched_ptr + L1_DONE + pid_m, N1, WAIT_L1, me, wait_ms)
                 if TRACE:
                     tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
-                if NARROW_TAIL > 0 and row_end - row0 <= NARROW_TAIL:
-                    if FP8:
-                        _l2_tail_fp8(h_ptr, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H, INTER,
-                                     NARROW_TAIL, BLOCK_N2, TMA_W2, True)  # fmt: skip
-                    else:
-                        _l2_tail_bf16(h_ptr, w2_op, y_pair, expert, row0, row_end, pid_n, H, INTER, NARROW_TAIL,
-                                      BLOCK_N2, BLOCK_K, TMA_W2)  # fmt: skip
-                elif FP8:
+                if FP8:
                     _l2_tile_fp8(h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H, INTER,
                                  BLOCK_M, BLOCK_N2, TMA_W2, TMA_H, SETTLE_WGMMA)  # fmt: skip
                 elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:
@@ -636,36 +619,6 @@ def _l1_tile_bf16(
 
 
 @triton.jit
-def _l1_tail_bf16(
-    a_src, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
-    PAIRS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W1: tl.constexpr,
-):  # fmt: skip
-    """``_l1_tile_bf16`` for an expert's last M tile with at most PAIRS pairs, transposed as ``_l1_tail_fp8``
-    is: the gate and up columns are the dots' rows, the pairs (A rows gathered through sorted_row) their
-    columns."""
-    offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, PAIRS)
-    n0 = pid_n * BLOCK_N
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_src + rows[:, None] * H + offs_k[None, :]
-    acc_g = tl.zeros([BLOCK_N, PAIRS], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_N, PAIRS], dtype=tl.float32)
-    for k in range(0, H, BLOCK_K):
-        a_t = tl.load(a_ptrs + k, mask=mask_m[:, None], other=0.0).T
-        if TMA_W1:
-            gate = w1_op.load([expert * H + k, n0])
-            up = w1_op.load([expert * H + k, INTER + n0])
-        else:
-            w_ptrs = w1_op + (expert.to(tl.int64) * H + k + offs_k)[:, None] * (2 * INTER) + offs_n[None, :]
-            gate = tl.load(w_ptrs)
-            up = tl.load(w_ptrs + INTER)
-        acc_g = tl.dot(gate.T, a_t, acc_g)
-        acc_u = tl.dot(up.T, a_t, acc_u)
-    h = (acc_g * tl.sigmoid(acc_g) * acc_u).T
-    tl.store(h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_n[None, :], h.to(tl.bfloat16), mask=mask_m[:, None])
-
-
-@triton.jit
 def _l1_tile_fp8(
     a_src, a_op, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end, pid_n,
     H: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr, TMA_W1: tl.constexpr, TMA_A: tl.constexpr,
@@ -719,50 +672,6 @@ def _l1_tile_fp8(
 
 
 @triton.jit
-def _l1_tail_fp8(
-    a_src, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end, pid_n, H: tl.constexpr,
-    INTER: tl.constexpr, PAIRS: tl.constexpr, TMA_W1: tl.constexpr, SETTLE: tl.constexpr,
-):  # fmt: skip
-    """``_l1_tile_fp8`` for an expert's last M tile with at most PAIRS pairs, the product transposed: the
-    gate and up blocks' 128 weight rows are the dots' rows and the pairs their columns (PAIRS of them), so
-    the tile's tensor work is PAIRS / BLOCK_M of a full tile's (a wgmma has at least 64 rows; random
-    routing leaves most experts such a tail). A rows gathered through sorted_row; h and its scales as
-    ``_l1_tile_fp8`` stores them."""
-    KB: tl.constexpr = H // QBLOCK
-    offs_m, mask_m, rows = _a_rows(sorted_row, row0, row_end, PAIRS)
-    e = expert.to(tl.int64)
-    w_row = expert * 2 * INTER + pid_n * 2 * QBLOCK
-    s_ptr = w1s_ptr + (e * (INTER // QBLOCK) + pid_n) * 2 * KB
-    a_ptrs = a_src + rows[:, None] * H + tl.arange(0, QBLOCK)[None, :]
-    as_ptrs = a_scale + rows * KB
-    acc_g = tl.zeros([QBLOCK, PAIRS], dtype=tl.float32)
-    acc_u = tl.zeros([QBLOCK, PAIRS], dtype=tl.float32)
-    a_s, g_s, u_s = tl.full([PAIRS], 1.0, tl.float32), 1.0, 1.0
-    a_next = tl.load(as_ptrs, mask=mask_m, other=1.0)
-    g_next = tl.load(s_ptr)
-    u_next = tl.load(s_ptr + KB)
-    for kb in range(0, KB):
-        a_t = tl.load(a_ptrs + kb * QBLOCK, mask=mask_m[:, None], other=0.0).T
-        a_was, g_was, u_was = a_s, g_s, u_s
-        a_s, g_s, u_s = _carried(a_next), _carried(g_next), _carried(u_next)
-        w_g = _weight_rows(w1_op, w_row, kb * QBLOCK, H, TMA_W1)
-        acc_g = _scaled_step_t(w_g, a_t, acc_g, g_was, g_s, a_was, a_s, False)
-        w_u = _weight_rows(w1_op, w_row + QBLOCK, kb * QBLOCK, H, TMA_W1)
-        acc_u = _scaled_step_t(w_u, a_t, acc_u, u_was, u_s, a_was, a_s, SETTLE)
-        following = tl.minimum(kb + 1, KB - 1)
-        a_next = tl.load(as_ptrs + following, mask=mask_m, other=1.0)
-        g_next = tl.load(s_ptr + following)
-        u_next = tl.load(s_ptr + KB + following)
-    g = acc_g * (a_s[None, :] * g_s)
-    u = acc_u * (a_s[None, :] * u_s)
-    q, scale = _quantize_rows((g * tl.sigmoid(g) * u).T)
-    offs_p = offs_m.to(tl.int64)
-    offs_n = pid_n * QBLOCK + tl.arange(0, QBLOCK)
-    tl.store(h_ptr + offs_p[:, None] * INTER + offs_n[None, :], q, mask=mask_m[:, None])
-    tl.store(hs_ptr + offs_p * (INTER // QBLOCK) + pid_n, scale, mask=mask_m)
-
-
-@triton.jit
 def _scaled_step(a, b, acc, a_was, a_s, b_was, b_s, SETTLE: tl.constexpr):
     """One K block of a block-scaled fp8 product whose accumulator is kept in units of the current block's
     scales: given acc = (sum of the earlier blocks' dot * a_scale * b_scale) / (a_was * b_was), returns
@@ -806,29 +715,6 @@ def _weight_block(w_op, row, k, ROW_LEN: tl.constexpr, TMA: tl.constexpr):
 
 
 @triton.jit
-def _weight_rows(w_op, row, k, ROW_LEN: tl.constexpr, TMA: tl.constexpr):
-    """The same block as :func:`_weight_block` untransposed, [128 (N), 128 (K)]: a dot's A in the narrow
-    tail tiles, where the weights are the product's rows."""
-    if TMA:
-        block = w_op.load([row, k])
-    else:
-        rows = (tl.arange(0, QBLOCK) + row).to(tl.int64)
-        block = tl.load(w_op + rows[:, None] * ROW_LEN + (tl.arange(0, QBLOCK) + k)[None, :])
-    return block
-
-
-@triton.jit
-def _scaled_step_t(w, a_t, acc, w_was, w_s, a_was, a_s, SETTLE: tl.constexpr):
-    """:func:`_scaled_step` with the operands swapped: acc [weight rows, pairs] += w [rows, K] @ a_t [K,
-    pairs], the pairs' scales (``a_was`` / ``a_s`` [pairs]) along the columns, the weight block's
-    (scalars) for all."""
-    acc = tl.dot(w, a_t, acc * ((a_was / a_s)[None, :] * (w_was / w_s)))
-    if SETTLE:
-        acc += 0.0
-    return acc
-
-
-@triton.jit
 def _l2_tile_bf16(
     h_op, w2_op, y_pair, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W2: tl.constexpr, TMA_H: tl.constexpr,
@@ -854,32 +740,6 @@ def _l2_tile_bf16(
             b = tl.load(w2_op + (expert.to(tl.int64) * INTER + k + offs_k)[:, None] * H + offs_n[None, :])
         acc = tl.dot(a, b, acc)
     tl.store(y_pair + offs_m.to(tl.int64)[:, None] * H + offs_n[None, :], acc.to(tl.bfloat16), mask=mask_m[:, None])
-
-
-@triton.jit
-def _l2_tail_bf16(
-    h_ptr, w2_op, y_pair, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr, PAIRS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W2: tl.constexpr,
-):  # fmt: skip
-    """``_l2_tile_bf16`` for an expert's last M tile with at most PAIRS pairs, transposed as
-    ``_l1_tail_fp8`` is: the output columns are the dot's rows, the pairs (h rows through pointers) its
-    columns."""
-    offs_m = row0 + tl.arange(0, PAIRS)
-    mask_m = offs_m < row_end
-    n0 = pid_n * BLOCK_N
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    h_ptrs = h_ptr + offs_m.to(tl.int64)[:, None] * INTER + offs_k[None, :]
-    acc = tl.zeros([BLOCK_N, PAIRS], dtype=tl.float32)
-    for k in range(0, INTER, BLOCK_K):
-        a_t = tl.load(h_ptrs + k, mask=mask_m[:, None], other=0.0, cache_modifier=".cg").T
-        if TMA_W2:
-            b = w2_op.load([expert * INTER + k, n0])
-        else:
-            b = tl.load(w2_op + (expert.to(tl.int64) * INTER + k + offs_k)[:, None] * H + offs_n[None, :])
-        acc = tl.dot(b.T, a_t, acc)
-    tl.store(y_pair + offs_m.to(tl.int64)[:, None] * H + offs_n[None, :], acc.T.to(tl.bfloat16),
-             mask=mask_m[:, None])  # fmt: skip
 
 
 @triton.jit
@@ -932,51 +792,6 @@ def _l2_tile_fp8(
     tl.store(out, (acc_lo * (a_s * lo_s)[:, None]).to(tl.bfloat16), mask=mask_m[:, None])
     if TWO:
         tl.store(out + QBLOCK, (acc_hi * (a_s * hi_s)[:, None]).to(tl.bfloat16), mask=mask_m[:, None])
-
-
-@triton.jit
-def _l2_tail_fp8(
-    h_ptr, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
-    PAIRS: tl.constexpr, BLOCK_N: tl.constexpr, TMA_W2: tl.constexpr, SETTLE: tl.constexpr,
-):  # fmt: skip
-    """``_l2_tile_fp8`` for an expert's last M tile with at most PAIRS pairs, transposed as in
-    ``_l1_tail_fp8``: each 128-column block's weight rows are the dot's rows, the pairs (h rows through
-    pointers) its columns."""
-    KB: tl.constexpr = INTER // QBLOCK
-    TWO: tl.constexpr = BLOCK_N == 2 * QBLOCK
-    offs_m = row0 + tl.arange(0, PAIRS)
-    mask_m = offs_m < row_end
-    offs_p = offs_m.to(tl.int64)
-    n0 = pid_n * BLOCK_N
-    e = expert.to(tl.int64)
-    w_row = expert * H + n0
-    bs_ptr = w2s_ptr + e * (H // QBLOCK * KB) + (n0 // QBLOCK) * KB
-    h_ptrs = h_ptr + offs_p[:, None] * INTER + tl.arange(0, QBLOCK)[None, :]
-    as_ptrs = hs_ptr + offs_p * KB
-    acc_lo = tl.zeros([QBLOCK, PAIRS], dtype=tl.float32)
-    acc_hi = tl.zeros([QBLOCK, PAIRS], dtype=tl.float32)
-    a_s, lo_s, hi_s = tl.full([PAIRS], 1.0, tl.float32), 1.0, 1.0
-    a_next = tl.load(as_ptrs, mask=mask_m, other=1.0, cache_modifier=".cg")
-    lo_next = tl.load(bs_ptr)
-    hi_next = tl.load(bs_ptr + KB) if TWO else 1.0
-    for kb in range(0, KB):
-        a_t = tl.load(h_ptrs + kb * QBLOCK, mask=mask_m[:, None], other=0.0, cache_modifier=".cg").T
-        a_was, lo_was, hi_was = a_s, lo_s, hi_s
-        a_s, lo_s, hi_s = _carried(a_next), _carried(lo_next), _carried(hi_next)
-        w_lo = _weight_rows(w2_op, w_row, kb * QBLOCK, INTER, TMA_W2)
-        acc_lo = _scaled_step_t(w_lo, a_t, acc_lo, lo_was, lo_s, a_was, a_s, SETTLE and not TWO)
-        if TWO:
-            w_hi = _weight_rows(w2_op, w_row + QBLOCK, kb * QBLOCK, INTER, TMA_W2)
-            acc_hi = _scaled_step_t(w_hi, a_t, acc_hi, hi_was, hi_s, a_was, a_s, SETTLE)
-        following = tl.minimum(kb + 1, KB - 1)
-        a_next = tl.load(as_ptrs + following, mask=mask_m, other=1.0, cache_modifier=".cg")
-        lo_next = tl.load(bs_ptr + following)
-        if TWO:
-            hi_next = tl.load(bs_ptr + KB + following)
-    out = y_pair + offs_p[:, None] * H + (n0 + tl.arange(0, QBLOCK))[None, :]
-    tl.store(out, (acc_lo * (a_s[None, :] * lo_s)).T.to(tl.bfloat16), mask=mask_m[:, None])
-    if TWO:
-        tl.store(out + QBLOCK, (acc_hi * (a_s[None, :] * hi_s)).T.to(tl.bfloat16), mask=mask_m[:, None])
 
 
 @triton.jit

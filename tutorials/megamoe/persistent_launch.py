@@ -42,10 +42,7 @@ class PersistentConfig:
     and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
     ``half_tail`` (bf16, h not through TMA): an expert's last M tile with at most ``block_m / 2`` pairs runs
     its L1 and L2 tiles at half the rows, its A rows gathered even where ``tma_a`` (random routing leaves
-    many such tiles nearly empty). ``narrow_tail`` (0: off; else a power of two from 16 to ``block_m / 2``):
-    an expert's last M tile with at most that many pairs runs its L1 and L2 tiles transposed, the weights
-    as the dots' rows and its pairs as their ``narrow_tail`` columns, A and h rows gathered (before
-    ``half_tail``).
+    many such tiles nearly empty).
     """
 
     block_m: int = 64
@@ -67,7 +64,6 @@ class PersistentConfig:
     reduce_rows: int = 4
     trace: bool = False
     half_tail: bool = False
-    narrow_tail: int = 0
 
 
 def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
@@ -130,9 +126,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
             f"PersistentConfig.half_tail needs bf16, tma_h=False (the h descriptor's box is block_m rows) and "
             f"block_m >= 32 (tl.dot needs 16 rows), got {cfg.precision}, tma_h={pc.tma_h}, block_m={pc.block_m}"
         )
-    if pc.narrow_tail and not (16 <= pc.narrow_tail <= pc.block_m // 2 and pc.narrow_tail & (pc.narrow_tail - 1) == 0):
-        raise ValueError(f"PersistentConfig.narrow_tail={pc.narrow_tail}: 0 (off) or a power of two from 16 (tl.dot's "
-                         f"least columns) to block_m / 2 = {pc.block_m // 2}")  # fmt: skip
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
@@ -277,7 +270,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
         HALF_TAIL=pc.half_tail, TMA_A=pc.tma_a, BLOCK_HA=row_block(cfg.hidden, 4096 // pc.dispatch_rows),
-        SETTLE_WGMMA=serializes_wgmma_in_flight_across_loops(), NARROW_TAIL=pc.narrow_tail,
+        SETTLE_WGMMA=serializes_wgmma_in_flight_across_loops(),
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,

@@ -162,17 +162,16 @@ def simulate_persistent(
 # (H, I, experts per rank, top-k, max tokens) of the simulated layers
 SIM_SHAPES = {"bf16": (128, 64, 4, 3, 24), "fp8": (256, 256, 4, 3, 24)}
 # Tiles small enough that the simulated layers have several M and N tiles per expert and items of every
-# region, groups of M tiles that do not divide their count, every operand through TMA or pointers (L1's
-# A rows too: pair-ordered through TMA, or gathered), and experts' last tiles of every kind (full, half
-# and narrow).
+# region, groups of M tiles that do not divide their count, and every operand through TMA or pointers
+# (L1's A rows too: pair-ordered through TMA, or gathered).
 SIM_CONFIGS = {
     "bf16": [
         PersistentConfig(block_m=16, block_n1=32, block_n2=64, block_k=32, num_warps=4, num_stages=1, group_m=3,
                          tma_w1=True, tma_w2=False, tma_h=True, tma_a=True, route_tokens=8, route_cols=64,
                          dispatch_rows=4, combine_rows=2, reduce_rows=4),
-        PersistentConfig(block_m=64, block_n1=64, block_n2=128, block_k=64, num_warps=4, num_stages=1, group_m=2,
+        PersistentConfig(block_m=32, block_n1=64, block_n2=128, block_k=64, num_warps=4, num_stages=1, group_m=2,
                          tma_w1=False, tma_w2=True, tma_h=False, route_tokens=16, route_cols=128, dispatch_rows=8,
-                         combine_rows=4, reduce_rows=2, half_tail=True, narrow_tail=16),
+                         combine_rows=4, reduce_rows=2, half_tail=True),
     ],
     "fp8": [
         PersistentConfig(block_m=16, block_n2=256, num_warps=4, num_stages=1, group_m=3, tma_w1=True, tma_w2=True,
@@ -180,7 +179,7 @@ SIM_CONFIGS = {
                          reduce_rows=4),
         PersistentConfig(block_m=32, block_n2=128, num_warps=4, num_stages=1, group_m=2, tma_w1=False, tma_w2=False,
                          tma_h=False, route_tokens=16, route_cols=256, dispatch_rows=8, combine_rows=4,
-                         reduce_rows=2, narrow_tail=16),
+                         reduce_rows=2),
     ],
 }  # fmt: skip
 ROUTINGS = ("random", "skewed", "one_expert")
