@@ -278,6 +278,7 @@ def test_trace_summary_per_region():
     rows["l1"][:2] = [128, 2]
     l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
     assert (l1["tail_items"], l1["tail_mean_item_us"], l1["tail_mean_rows"], l1["full_mean_item_us"]) == (1, 4.0, 2, 5)
+    assert (l1["tail_mean_wait_us"], l1["full_mean_wait_us"]) == (0.0, 3.0)
     rows["l1"][:2] = [128, 0]  # the second item past the call's M tiles: neither a tail nor a full tile
     l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
     assert (l1["tail_items"], l1["full_mean_item_us"], l1["idle_items"]) == (0, 5, 1)

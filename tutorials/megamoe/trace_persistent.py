@@ -56,9 +56,9 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     zero for items not run: the GEMM items past the call's M tiles). Times in us from the call's first
     item; ``busy_us`` sums the items' durations, ``wait_us`` the part before their wait ended. With
     ``item_rows`` (:func:`gemm_item_rows`) its regions also report their items on M tiles of fewer than
-    ``block_m`` pairs (experts' last tiles): ``tail_items``, ``tail_mean_item_us``, ``tail_mean_rows``, the
-    full tiles' ``full_mean_item_us``, and ``idle_items``: items taken past the call's M tiles, which
-    only end the region."""
+    ``block_m`` pairs (experts' last tiles): ``tail_items``, ``tail_mean_item_us``, ``tail_mean_wait_us``,
+    ``tail_mean_rows``, the full tiles' ``full_mean_item_us`` and ``full_mean_wait_us``, and ``idle_items``:
+    items taken past the call's M tiles, which only end the region."""
     ran = trace[:, END] > 0
     if not ran.any():
         raise ValueError("summarize: no item of the trace ran (was the layer built with trace=True?)")
@@ -88,7 +88,9 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
                 "tail_items": int(tail.sum()),
                 "tail_mean_item_us": float(took[tail].mean()) if tail.any() else 0.0,
                 "tail_mean_rows": float(pairs[tail].mean()) if tail.any() else 0.0,
+                "tail_mean_wait_us": float(waited[tail].mean()) if tail.any() else 0.0,
                 "full_mean_item_us": float(took[full].mean()) if full.any() else 0.0,
+                "full_mean_wait_us": float(waited[full].mean()) if full.any() else 0.0,
                 "idle_items": int((pairs == 0).sum()),
             })  # fmt: skip
     span_us = float((t_end - t0) / 1e3)
@@ -110,8 +112,9 @@ def format_summary(summary: dict) -> list[str]:
                      f"{r['max_item_us']:8.2f}")  # fmt: skip
         if "tail_items" in r:
             lines.append(f"  {r['tail_items']} on experts' last, partial M tiles ({r['tail_mean_rows']:.1f} pairs "
-                         f"on average): {r['tail_mean_item_us']:.2f} us each; full tiles "
-                         f"{r['full_mean_item_us']:.2f} us; {r['idle_items']} past the call's M tiles")  # fmt: skip
+                         f"on average): {r['tail_mean_item_us']:.2f} us each ({r['tail_mean_wait_us']:.2f} waiting); "
+                         f"full tiles {r['full_mean_item_us']:.2f} us ({r['full_mean_wait_us']:.2f} waiting); "
+                         f"{r['idle_items']} past the call's M tiles")  # fmt: skip
     return lines
 
 
