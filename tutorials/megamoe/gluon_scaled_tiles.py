@@ -22,6 +22,10 @@ scales over the next block's; 1 past the last block), so a tile holds 128 rows. 
 with one per 128 x 128 block (b_scale [N / 128, K / 128]). The operands come through TMA into STAGES
 stages; a stage is loaded again after every warpgroup's wgmmas that read it are done (a CTA barrier
 after each iteration's last wait).
+
+Measured on the H200 (Triton 3.6, ``gemm_ceiling``, 4 stages): 41.2 us per tile per SM at the layer's L1
+shape, as fast as Triton's step with scales loaded ahead (41.5) and well behind the unscaled tile
+(28.9); 19.6 against 16.3 at the L2 shape. The hand-placed waits do not close the gap.
 """
 
 from __future__ import annotations
