@@ -237,13 +237,13 @@ def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
     assert_wgmma_pipelined(compiled.asm["ptx"], tmp_path)
 
 
-def test_gluon_scaled_tiles_rescale_beside_wgmma(tmp_path):
-    """``gluon_scaled_tiles`` (the fp8 tile with hand-placed waits) compiles for sm_90 with fp8 wgmma on four
-    TMA stages; ptxas neither serializes its wgmmas nor adds waits of its own (C75xx), nor spills in the K
-    loop; and in the SASS each of the loop's three waits that leave one wgmma in flight (``WARPGROUP.DEPBAR.LE
-    gsb0, 0x1``) is followed, before the next wait, by the rescale that runs beside that wgmma: a multiply per
-    accumulator register of a thread (128 x 128 / 256), of which ptxas may schedule a few past the next wait
-    (up to 2 of 64 seen with Triton 3.8 and 3.9)."""
+def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
+    """``gluon_scaled_tiles`` (the warp-specialized fp8 tile) compiles for sm_90 with fp8 wgmma on four TMA
+    stages, its partitions' registers reallocated (setmaxnreg: the consumers' accumulators fit) and ptxas
+    spills nothing. Before Triton 3.8 ptxas neither serializes its wgmmas nor adds waits (C75xx), and in the
+    SASS each consumer's wait that leaves one wgmma in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) is
+    followed, before the next wait, by the rescale that runs beside that wgmma: a multiply per accumulator
+    register of a thread (64 x 128 / 128). From 3.8 ptxas serializes them (C7514)."""
     from conftest import aot, ptxas_report, sass
     from triton.experimental.gluon import language as gl
 
@@ -252,20 +252,25 @@ def test_gluon_scaled_tiles_rescale_beside_wgmma(tmp_path):
     desc = f"tensordesc<fp8e4nv[128, 128],{gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)!r}>"
     signature = {"a_desc": desc, "b_desc": desc, "c_ptr": "*bf16", "a_scale": "*fp32", "b_scale": "*fp32",
                  "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "num_warps": 8}
-    compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=8)
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", compiled.asm["ptx"])
+    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40}
+    compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
+    ptx = compiled.asm["ptx"]
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
+    assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
     assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
-    report = ptxas_report(compiled.asm["ptx"], tmp_path)
+    report = ptxas_report(ptx, tmp_path)
+    assert_no_spills(ptx, tmp_path)
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 8):
+        assert "(C7514)" in report, report  # the module docstring says so; the schedule below is then moot
+        return
     assert not re.search(r"\(C75\d\d\)", report), report
-    assert_no_spills_in_wgmma_loops(compiled.asm["cubin"], tmp_path)
     ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", sass(compiled.asm["cubin"], tmp_path))
     waits = [i for i, op in enumerate(ops) if op == "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
-    assert len(waits) == 3, ops
+    assert len(waits) == 2, ops  # one per consumer
     for i in waits:
         following = ops[i + 1 :]
         beside = following[: next((j for j, op in enumerate(following) if op != "FMUL"), len(following))]
-        assert len(beside) >= 128 * 128 // 256 - 2, following
+        assert len(beside) >= 64 * 128 // 128 - 2, following
 
 
 def test_spills_count_only_inside_the_loops_that_run_wgmma():

@@ -16,8 +16,8 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
 * ``noload`` (fp8): ``scaled`` with scales made in registers: the step's arithmetic without load latency
   (its result is not checked);
 * ``halves`` (fp8): ``plain`` as two 128-column dots without scales (the scaled tile's shape alone);
-* ``gluon`` (fp8): the scaled tile in Gluon with the wgmma waits placed by hand, so that three of each
-  two K blocks' four rescales run beside a wgmma (``gluon_scaled_tiles``; even stage counts only);
+* ``gluon`` (fp8): the scaled tile in Gluon, warp-specialized: a loader warp and two consumer warpgroups
+  of 64 rows each, one's rescale beside the other's wgmma (``gluon_scaled_tiles``);
 * ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16).
 
 Each variant but ``noload`` is checked against a float32 matmul of the same operands. Prints a table
@@ -211,15 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="folder for gemm_ceiling.json")
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4])
+    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "prefetch64x2", "noload", "gluon"], "bf16": ["plain"]}
+    parser.add_argument("--only", nargs="+", default=None, choices=variants["fp8"],
+                        help="time only these variants (and cuBLAS)")  # fmt: skip
     args = parser.parse_args(argv)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # The layer's two GEMMs over all 4096 pairs as dense matrices: L1 [pairs, H] x [H, 2I], L2 [pairs, I] x [I, H].
     shapes = [(4096, 3072, 4096), (4096, 4096, 1536)]
-    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "prefetch64x2", "noload", "gluon"], "bf16": ["plain"]}
     rows = []
     for m, n, k in shapes:
         for precision, names in variants.items():
-            stage_counts = {"prefetch64x2": [2], "gluon": [s for s in args.stages if s % 2 == 0]}
+            stage_counts = {"prefetch64x2": [2]}
+            if args.only:
+                names = [v for v in names if v in args.only]
             runs = [("cublas", 0)] + [(v, s) for v in names for s in stage_counts.get(v, args.stages)]
             for variant, stages in runs:
                 r = run(m, n, k, precision, variant, sms, stages)
