@@ -21,8 +21,9 @@ B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]).
 Measured on the H200 (Triton 3.6, ``gemm_ceiling``): 37.1 us per tile per SM at the layer's L1 shape,
 against 40.0-42.3 for Triton's step with scales loaded ahead, 41.2-42.1 for a Gluon tile without warp
 specialization (both warpgroups in step, waits placed so that three of each two K blocks' four rescales
-ran beside a wgmma, a CTA barrier per two K blocks) and 29.0 for cuBLAS without block scales; at the L2 shape (K 1536) 18.0 against 15.6, where each tile's fill and drain
-weigh more. The ptxas of Triton >= 3.8 serializes its wgmmas (C7514).
+ran beside a wgmma, a CTA barrier per two K blocks) and 29.0 for cuBLAS without block scales; at the
+L2 shape (K 1536) 18.0 against 15.6, where each tile's fill and drain weigh more. The ptxas of Triton
+>= 3.8 serializes its wgmmas (C7514).
 """
 
 from __future__ import annotations
