@@ -239,11 +239,11 @@ def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
 
 def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     """``gluon_scaled_tiles`` (the warp-specialized fp8 tile) compiles for sm_90 with fp8 wgmma on four TMA
-    stages, its partitions' registers reallocated (setmaxnreg: the consumers' accumulators fit) and ptxas
-    spills nothing. Before Triton 3.8 ptxas neither serializes its wgmmas nor adds waits (C75xx), and in the
-    SASS each consumer's wait that leaves one wgmma in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) is
-    followed, before the next wait, by the rescale that runs beside that wgmma: a multiply per accumulator
-    register of a thread (64 x 128 / 128). From 3.8 ptxas serializes them (C7514)."""
+    stages, its partitions' registers reallocated (setmaxnreg: the consumers' accumulators fit); ptxas
+    spills nothing and neither serializes its wgmmas nor adds waits (C75xx); in the SASS each consumer's
+    wait that leaves one wgmma in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) is followed, before the next
+    wait, by the rescale that runs beside that wgmma: a multiply per accumulator register of a thread
+    (64 x 128 / 128)."""
     from conftest import aot, ptxas_report, sass
     from triton.experimental.gluon import language as gl
 
@@ -260,9 +260,6 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
     report = ptxas_report(ptx, tmp_path)
     assert_no_spills(ptx, tmp_path)
-    if tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 8):
-        assert "(C7514)" in report, report  # the module docstring says so; the schedule below is then moot
-        return
     assert not re.search(r"\(C75\d\d\)", report), report
     ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", sass(compiled.asm["cubin"], tmp_path))
     waits = [i for i, op in enumerate(ops) if op == "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
