@@ -293,6 +293,25 @@ def t3_trace(gpus: int) -> Suite:
     return Suite("t3_trace", steps, budget_s=540)
 
 
+# (local experts, top-k, tokens) with the production load's 4096 pairs: the same GEMM FLOPs over 16, 4 and
+# 2 experts' weights (fp8 302, 75 and 38 MB; the 50 MB L2 holds only the last)
+T3_EXPERT_SPLITS = ((16, 8, 512), (4, 4, 1024), (2, 2, 2048))
+
+
+def t3_experts(gpus: int) -> Suite:
+    """The persistent MegaMoE call traced at world 1 with the production load's pairs (H 4096, I 1536,
+    4096 pairs) spread over 16, 4 and 2 local experts, bf16 and fp8: the same FLOPs with fewer weight bytes
+    to stream and fewer experts' last tiles to pad, so the GEMM regions' item times show what each costs."""
+    steps = []
+    for precision in ("fp8", "bf16"):
+        for experts, top_k, tokens in T3_EXPERT_SPLITS:
+            name = f"trace_{precision}_e{experts}"
+            steps.append(Step(name, ("python3", "-m", f"{T3}.trace_persistent", "--precision", precision, "--shape",
+                                     "4096", "1536", str(experts), str(top_k), str(tokens), "--json",
+                                     f"{{dir}}/{name}.json"), 85))  # fmt: skip
+    return Suite("t3_experts", steps, budget_s=540)
+
+
 def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
     """Both impls' CUDA-graph rows read back from the benchmarks' JSON, with their share of the dense
     ceiling and the persistent call's goal."""
@@ -538,6 +557,7 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "t3_persistent": t3_persistent, "t3_trace": t3_trace, "faults": faults, "nvshmem": nvshmem, "multi_gpu": multi_gpu,
-    "serving": serving, "launch_paths": launch_paths, "all": every_one_gpu_suite, "tutorials": tutorials,
+    "t3_persistent": t3_persistent, "t3_trace": t3_trace, "t3_experts": t3_experts, "faults": faults,
+    "nvshmem": nvshmem, "multi_gpu": multi_gpu, "serving": serving, "launch_paths": launch_paths,
+    "all": every_one_gpu_suite, "tutorials": tutorials,
 }  # fmt: skip
