@@ -287,7 +287,7 @@ def test_trace_summary_per_region():
 
 def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
     """Experts of 130, 0, 5 and 128 pairs make M tiles of 128, 2, 5 and 128 pairs; L1's items (12 N tiles)
-    walk them in groups of 8 M tiles, N fastest inside: pairs 128, 2, 5, 128, then the next N tile."""
+    walk them in groups of 8 M tiles, M fastest inside: pairs 128, 2, 5, 128, then the next N tile."""
     import numpy as np
 
     from tutorials.megamoe.trace_persistent import gemm_item_rows

@@ -150,7 +150,7 @@ class MoEConfig:
 @dataclass(frozen=True)
 class Tiles:
     """Grouped-GEMM tiles: rows per tile (shared by L1 and L2), L1 N (per gate/up half), L2 N, K;
-    ``group_m``: M tiles walked together, N fastest inside the group (L2 reuse of A rows and weights)."""
+    ``group_m``: M tiles walked together, M fastest inside the group (L2 reuse of A rows and weights)."""
 
     block_m: int
     block_n1: int

@@ -48,7 +48,7 @@ CONSUMER_ROWS = gl.constexpr(64)  # rows of a tile per consumer warpgroup (a wgm
 
 @gluon.jit
 def _tile_origin(tile, tiles_m, tiles_n, GROUP_M: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """(first row, first column) of ``tile`` in ``gemm_ceiling``'s order: groups of GROUP_M M tiles, N
+    """(first row, first column) of ``tile`` in ``gemm_ceiling``'s order: groups of GROUP_M M tiles, M
     fastest inside a group."""
     group = tile // (GROUP_M * tiles_n)
     first_m = group * GROUP_M

@@ -312,11 +312,11 @@ def _tile_order(M_TILES: tl.constexpr, N_TILES: tl.constexpr, GROUP_M: tl.conste
 
 @triton.jit
 def _tile_of(pid, M_TILES, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of tile ``pid`` of a 1-D order: groups of GROUP_M M tiles, N fastest inside a group
+    """(pid_m, pid_n) of tile ``pid`` of a 1-D order: groups of GROUP_M M tiles, M fastest inside a group
     (``M_TILES``: the M tiles of the order, a constexpr bound or a count known only on the device).
 
     Tiles that run together then share a few experts' A rows and weight columns, so both stay in
-    L2 (M fastest would stream every expert's A rows once per N tile).
+    L2 (M fastest over all M tiles would stream every expert's A rows once per N tile).
     """
     per_group = GROUP_M * N_TILES
     first_m = (pid // per_group) * GROUP_M

@@ -31,7 +31,7 @@ class PersistentConfig:
 
     GEMMs: ``block_m`` pairs per M tile (L1 and L2 share the M tiles), ``block_n1`` columns per gate/up
     half of an L1 tile, ``block_n2`` columns of an L2 tile, ``block_k`` the K step, ``group_m`` M tiles
-    walked together (N fastest inside), ``num_warps`` / ``num_stages`` for the whole kernel. fp8 fixes
+    walked together (M fastest inside), ``num_warps`` / ``num_stages`` for the whole kernel. fp8 fixes
     ``block_k`` and ``block_n1`` at 128, the scale block. ``tma_w1`` / ``tma_w2`` / ``tma_h``: load the
     L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads). ``tma_a``:
     dispatch also copies each pair's A row to its place in the pair layout (``a_sorted``), and L1 loads
