@@ -292,18 +292,18 @@ def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
 
     from tutorials.megamoe.trace_persistent import gemm_item_rows
 
-    cfg = dataclasses.replace(PRODUCTION, max_tokens=64)
-    pc = choose_persistent(cfg)
-    sch = schedule(cfg, pc)
+    pc = choose_persistent(PRODUCTION)
+    sch = schedule(PRODUCTION, pc)
+    assert (pc.block_m, pc.group_m, sch.l1 // sch.m_tiles, sch.l2 // sch.m_tiles) == (128, 8, 12, 16)
     layout = np.zeros(sch.layout_words, dtype=np.int32)
     layout[1:5] = [130, 0, 5, 128]
-    rows = gemm_item_rows(layout, sch, cfg.local_experts, 128, {"l1": 12, "l2": 16}, 8)
+    rows = gemm_item_rows(layout, sch, 128, 8)  # 12 N tiles in L1, 16 in L2
     assert rows["l1"][:8].tolist() == [128, 2, 5, 128] * 2
     assert rows["l1"][4 * 12 - 1] == 128 and not rows["l1"][4 * 12 :].any()
     assert rows["l2"][: 4 * 16].tolist() == [128, 2, 5, 128] * 16 and not rows["l2"][4 * 16 :].any()
     assert len(rows["l2"]) == sch.starts()["COMBINE_START"] - sch.starts()["L2_START"]
     layout[1:11] = [128] * 9 + [3]  # 10 M tiles: a group of 8, then one of 2 (tiles 8 and 9) taking turns
-    groups = gemm_item_rows(layout, sch, 16, 128, {"l1": 12}, 8)["l1"]
+    groups = gemm_item_rows(layout, sch, 128, 8)["l1"]
     assert (groups[: 8 * 12] == 128).all() and groups[8 * 12 : 10 * 12].tolist() == [128, 3] * 12
 
 

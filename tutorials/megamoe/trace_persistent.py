@@ -30,19 +30,18 @@ from .persistent_launch import knob_overrides
 START, READY, END, SM = range(len(TRACE_FIELDS))
 
 
-def gemm_item_rows(layout: np.ndarray, schedule: Schedule, e_loc: int, block_m: int, n_tiles: dict[str, int],
-                   group_m: int) -> dict[str, np.ndarray]:  # fmt: skip
+def gemm_item_rows(layout: np.ndarray, schedule: Schedule, block_m: int, group_m: int) -> dict[str, np.ndarray]:
     """The pairs in each GEMM item's M tile, per GEMM region (``l1``, ``l2``; 0 past the call's M tiles),
     from a call's ``layout`` buffer (``persistent._layout_item``: the pairs per local expert at [1, 1 +
-    e_loc)), its experts' tiles taken BLOCK_M pairs at a time and the items in ``kernels._tile_of``'s order
-    (``n_tiles``: N tiles per region)."""
-    counts = [int(c) for c in layout[1 : 1 + e_loc]]
+    ``schedule.local_experts_p2``), 0 for the padding), its experts' tiles taken BLOCK_M pairs at a time
+    and the items in ``kernels._tile_of``'s order (N tiles per region: the schedule's items per M tile)."""
+    counts = [int(c) for c in layout[1 : 1 + schedule.local_experts_p2]]
     rows = np.array([min(block_m, c - j * block_m) for c in counts for j in range(-(-c // block_m))], dtype=np.int64)
-    starts = schedule.starts()
-    ends = {"l1": starts["L2_START"], "l2": starts["COMBINE_START"]}
     out = {}
-    for region, n in n_tiles.items():
-        idx = np.arange(ends[region] - starts[f"{region.upper()}_START"])
+    for region in ("l1", "l2"):
+        items = getattr(schedule, region)
+        n = items // schedule.m_tiles
+        idx = np.arange(items)
         per_group = group_m * n
         first_m = idx // per_group * group_m
         pid_m = first_m + (idx % per_group) % np.maximum(np.minimum(len(rows) - first_m, group_m), 1)
@@ -170,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         layer(x, logits, out=y)
         torch.cuda.synchronize()
         sch = schedule(cfg, pc)
-        rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, cfg.local_experts, pc.block_m,
-                              {"l1": i // pc.block_n1, "l2": h // pc.block_n2}, pc.group_m)  # fmt: skip
+        rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m)
         summary = summarize(layer.local["trace"].cpu().numpy(), sch, rows, pc.block_m)
         results.append({"config": dataclasses.asdict(pc), "eager_us": ms * 1e3, **summary})
         print(f"== {args.precision} {args.routing} [{text or 'defaults'}]: {ms * 1e3:.1f} us per eager call")
