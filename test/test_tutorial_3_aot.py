@@ -214,27 +214,32 @@ def test_kernels_do_not_specialise_on_the_integers_of_a_call():
                 preloaded.signature, preloaded.constants, preloaded.attrs), (launch.name, ints)
 
 
-@pytest.mark.parametrize("variant", ["plain", "halves", "scaled", "prefetch", "noload"])
+@pytest.mark.parametrize("variant", ["plain", "halves", "scaled", "prefetch", "wide", "fresh", "noload"])
 def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
-    """``gemm_ceiling``'s dense fp8 tiles (the persistent layer's L1 shape, 128 x 256 x 128) compile for
-    sm_90 on wgmma with four multi-buffered stages of TMA loads, whichever way the scales come in: its
-    comparison is of the K step alone."""
+    """``gemm_ceiling``'s dense fp8 tiles (the persistent layer's L1 shape, 128 x 256 x 128; ``fresh``
+    128 x 128) compile for sm_90 on wgmma of the tile's width with four multi-buffered stages of TMA
+    loads and no spill in the K loop, whichever way the scales come in: its comparison is of the K step
+    alone."""
     from triton.compiler import ASTSource
 
     from tutorials.megamoe.gemm_ceiling import dense_tiles
 
-    scaled = {"scaled": 1, "prefetch": 2, "noload": 3}.get(variant, 0)
-    box = 128 if scaled or variant == "halves" else 256
+    scaled = {"scaled": 1, "prefetch": 2, "wide": 2, "fresh": 2, "noload": 3}.get(variant, 0)
+    block_n = 128 if variant == "fresh" else 256
+    box = 128 if variant in ("scaled", "prefetch", "noload", "halves") else block_n
     signature = {"a_desc": "tensordesc<fp8e4nv[128, 128]>", "b_desc": f"tensordesc<fp8e4nv[{box}, 128]>",
                  "c_ptr": "*bf16", "a_scale": "*fp32", "b_scale": "*fp32", "M": "i32", "N": "i32",
                  "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8,
-                  "SCALED": scaled, "HALVES": variant == "halves"}  # fmt: skip
+    constexprs = {"NUM_PROGRAMS": 132, "BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": 128, "GROUP_M": 8,
+                  "SCALED": scaled, "HALVES": variant == "halves", "WIDE": variant == "wide",
+                  "FRESH": variant == "fresh"}  # fmt: skip
     source = ASTSource(dense_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 4})
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", compiled.asm["ptx"])
-    assert 4 * (128 + 256) * 128 <= compiled.metadata.shared <= SHARED_LIMIT
+    width = 256 if variant in ("plain", "wide") else 128
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{width}k32\.f32\.e4m3\.e4m3", compiled.asm["ptx"])
+    assert 4 * (128 + block_n) * 128 <= compiled.metadata.shared <= SHARED_LIMIT
     assert_wgmma_pipelined(compiled.asm["ptx"], tmp_path)
+    assert_no_spills_in_wgmma_loops(compiled.asm["cubin"], tmp_path)
 
 
 def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):

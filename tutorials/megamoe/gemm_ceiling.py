@@ -11,6 +11,9 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
 * ``scaled`` (fp8): the layer's block-scaled step (``persistent._scaled_step``) on two 128-column
   halves with per-row A scales and scalar B scales;
 * ``prefetch`` (fp8): ``scaled`` with each step's scales loaded during the step before;
+* ``wide`` (fp8): ``prefetch`` as one 256-column dot, its accumulator rescaled column by column;
+* ``fresh`` (fp8): 128 x 128 tiles, each K block's dot into a zeroed accumulator, added to the tile's with
+  its scales (two accumulators: 256 columns would not fit in the registers);
 * ``prefetch64x2`` (fp8): ``prefetch`` on 64-row tiles of 4 warps, two programs per SM (one's rescale
   can run beside the other's wgmma);
 * ``noload`` (fp8): ``scaled`` with scales made in registers: the step's arithmetic without load latency
@@ -48,13 +51,16 @@ BLOCK = 128  # the fp8 scale block, and the tiles' K step in fp8
 def dense_tiles(
     a_desc, b_desc, c_ptr, a_scale, b_scale, M, N, K, NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SCALED: tl.constexpr,
-    HALVES: tl.constexpr,
+    HALVES: tl.constexpr, WIDE: tl.constexpr = False, FRESH: tl.constexpr = False,
 ):  # fmt: skip
     """C [M, N] (bf16) = A [M, K] @ B [N, K]^T, a [BLOCK_M, BLOCK_N] tile at a time, tiles handed out
     round-robin to NUM_PROGRAMS programs. SCALED (fp8, BLOCK_N = 256, BLOCK_K = 128; 0: off): A rows carry
     one scale per 128 K (a_scale [M, K / 128]), B one per 128 x 128 block (b_scale [N / 128, K / 128]),
     loaded in the step (1) or the step before (2), or made in registers (3: timing only). HALVES: the
-    scaled tile's two 128-column dots without scales."""
+    scaled tile's two 128-column dots without scales. WIDE (SCALED 2): one 256-column dot whose
+    accumulator is rescaled column by column (the first 128 columns by the first B block's scale, the
+    others by the second's) instead of two 128-column dots. FRESH (SCALED 2, BLOCK_N = 128): each K block's
+    dot into a zeroed accumulator, then added to the tile's with its scales."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     KB = K // BLOCK_K
@@ -67,7 +73,37 @@ def dense_tiles(
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
         offs_m = m0 + tl.arange(0, BLOCK_M)
-        if SCALED or HALVES:
+        if FRESH:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            a_next = tl.load(a_scale + offs_m * KB)
+            b_next = tl.load(b_scale + (n0 // BLOCK_N) * KB)
+            for kb in range(0, KB):
+                a_s, b_s = a_next + 0.0, b_next + 0.0
+                part = tl.dot(a_desc.load([m0, kb * BLOCK_K]), b_desc.load([n0, kb * BLOCK_K]).T)
+                acc += part * (a_s[:, None] * b_s)
+                following = tl.minimum(kb + 1, KB - 1)
+                a_next = tl.load(a_scale + offs_m * KB + following)
+                b_next = tl.load(b_scale + (n0 // BLOCK_N) * KB + following)
+            tl.store(c_ptr + offs_m[:, None] * N + n0 + tl.arange(0, BLOCK_N)[None, :], acc.to(tl.bfloat16))
+        elif WIDE:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            first = tl.arange(0, BLOCK_N) < BLOCK_N // 2  # the columns of the first B scale block
+            a_s = tl.full([BLOCK_M], 1.0, tl.float32)
+            b_s = tl.full([BLOCK_N], 1.0, tl.float32)
+            a_next = tl.load(a_scale + offs_m * KB)
+            b_next = tl.load(b_scale + (n0 // (BLOCK_N // 2) + (~first).to(tl.int32)) * KB)
+            for kb in range(0, KB):
+                a_was, b_was = a_s, b_s
+                a_s, b_s = a_next + 0.0, b_next + 0.0
+                a = a_desc.load([m0, kb * BLOCK_K])
+                b = b_desc.load([n0, kb * BLOCK_K]).T
+                acc = tl.dot(a, b, acc * ((a_was / a_s)[:, None] * (b_was / b_s)[None, :]))
+                following = tl.minimum(kb + 1, KB - 1)
+                a_next = tl.load(a_scale + offs_m * KB + following)
+                b_next = tl.load(b_scale + (n0 // (BLOCK_N // 2) + (~first).to(tl.int32)) * KB + following)
+            acc *= a_s[:, None] * b_s[None, :]
+            tl.store(c_ptr + offs_m[:, None] * N + n0 + tl.arange(0, BLOCK_N)[None, :], acc.to(tl.bfloat16))
+        elif SCALED or HALVES:
             HALF: tl.constexpr = BLOCK_N // 2
             acc_lo = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
             acc_hi = tl.zeros([BLOCK_M, HALF], dtype=tl.float32)
@@ -177,20 +213,22 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
 
             fn = scaled_tiles_call(aq, bq, a_s, b_s, c, programs, stages)
         else:
-            scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3}.get(variant, 0)
+            scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3, "wide": 2, "fresh": 2}.get(variant, 0)
+            halves, wide, fresh = variant == "halves", variant == "wide", variant == "fresh"
             two_per_sm = variant == "prefetch64x2"
             block_m, warps = (64, 4) if two_per_sm else (128, 8)
             if two_per_sm:  # two programs per SM (the caller gives them 2 stages: both fit in its shared memory)
                 programs *= 2
-            halves = variant == "halves"
+            if fresh:
+                block_n = 128
             a_desc = _descriptor(aq, [block_m, block_k])
-            b_desc = _descriptor(bq, [128 if scaled or halves else block_n, block_k])
+            b_desc = _descriptor(bq, [128 if (scaled or halves) and not wide else block_n, block_k])
             grid = (min(programs, (m // block_m) * (n // block_n)),)
 
             def fn() -> None:
                 dense_tiles[grid](a_desc, b_desc, c, a_s, b_s, m, n, k, NUM_PROGRAMS=grid[0], BLOCK_M=block_m,
                                   BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SCALED=scaled, HALVES=halves,
-                                  num_warps=warps, num_stages=stages)  # fmt: skip
+                                  WIDE=wide, FRESH=fresh, num_warps=warps, num_stages=stages)  # fmt: skip
 
         try:
             fn()
@@ -211,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="folder for gemm_ceiling.json")
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4])
-    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "prefetch64x2", "noload", "gluon"], "bf16": ["plain"]}
+    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "wide", "fresh", "prefetch64x2", "noload", "gluon"],
+                "bf16": ["plain"]}  # fmt: skip
     parser.add_argument("--only", nargs="+", default=None, choices=variants["fp8"],
                         help="time only these variants (and cuBLAS)")  # fmt: skip
     args = parser.parse_args(argv)
