@@ -245,10 +245,10 @@ def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
 def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     """``gluon_scaled_tiles`` (the warp-specialized fp8 tile) compiles for sm_90 with fp8 wgmma on four TMA
     stages, its partitions' registers reallocated (setmaxnreg: the consumers' accumulators fit); ptxas
-    spills nothing and neither serializes its wgmmas nor adds waits (C75xx); in the SASS each consumer's
-    wait that leaves one wgmma in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) is followed, before the next
-    wait, by the rescale that runs beside that wgmma: a multiply per accumulator register of a thread
-    (64 x 128 / 128)."""
+    spills nothing and neither serializes its wgmmas nor adds waits (C75xx); in the SASS each consumer
+    waits three times per two K blocks with one wgmma left in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``),
+    and each such wait is followed, before the next wait, by the rescale that runs beside that wgmma: a
+    multiply per accumulator register of a thread (64 x 128 / 128)."""
     from conftest import aot, ptxas_report, sass
     from triton.experimental.gluon import language as gl
 
@@ -268,7 +268,7 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     assert not re.search(r"\(C75\d\d\)", report), report
     ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", sass(compiled.asm["cubin"], tmp_path))
     waits = [i for i, op in enumerate(ops) if op == "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
-    assert len(waits) == 2, ops  # one per consumer
+    assert len(waits) == 6, ops  # three per consumer
     for i in waits:
         following = ops[i + 1 :]
         beside = following[: next((j for j, op in enumerate(following) if op != "FMUL"), len(following))]

@@ -5,25 +5,33 @@ the persistent layer's fp8 step (``persistent._scaled_step``) the tensor cores i
 accumulators are rescaled. Here a tile of 128 x 256 is split between two consumer warpgroups of 64 rows
 that share nothing but the loaded stages: while one rescales, the other's wgmma keeps the tensor cores
 busy. Within a consumer the tile's two 128-column halves (L1's gate and up, or L2's two output blocks)
-are issued together and the first half is rescaled beside the second's wgmma::
+take turns, two K blocks per loop iteration, so that three of each four rescales run beside a wgmma of
+the same consumer::
 
     loader (1 warp):  wait empty[s]; TMA A [128 rows], B lo, B hi -> stage s (ready[s] counts the bytes)
-    consumer c (4 warps, rows 64c .. 64c + 63), per K block:
-        wait ready[s]; issue lo, hi
-        wait <= 1 in flight (lo done);  rescale lo    beside hi
-        wait 0;  arrive empty[s];       rescale hi    (beside the other consumer's wgmmas)
+    consumer c (4 warps, rows 64c .. 64c + 63), per two K blocks k, k + 1:
+        wait ready[k]; issue lo(k), hi(k)
+        wait lo(k);             rescale lo      beside hi(k)
+        wait ready[k + 1]; issue lo(k + 1)
+        wait hi(k); arrive empty[k];  rescale hi      beside lo(k + 1); issue hi(k + 1)
+        wait lo(k + 1);         rescale lo      beside hi(k + 1)
+        wait hi(k + 1); arrive empty[k + 1]; rescale hi (beside the other consumer's wgmmas)
+
+No wgmma is in flight across the loop's back edge: ptxas (Triton 3.6-3.9) could not tell a group issued
+in the iteration before from one issued in this one, and serialized every wgmma of the kernel (C7514)
+when a rescale waited for the older of the two.
 
 Each accumulator is kept in units of the scales of the K block its next wgmma adds, as in
 ``_scaled_step`` (ratio = those scales over the next block's; 1 past the last block). A, B and the
 scales are ``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K (a_scale [M, K / 128]),
 B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]).
 
-Measured on the H200 (Triton 3.6, ``gemm_ceiling``): 37.1 us per tile per SM at the layer's L1 shape,
-against 40.0-42.3 for Triton's step with scales loaded ahead, 41.2-42.1 for a Gluon tile without warp
-specialization (both warpgroups in step, waits placed so that three of each two K blocks' four rescales
-ran beside a wgmma, a CTA barrier per two K blocks) and 29.0 for cuBLAS without block scales; at the
-L2 shape (K 1536) 18.0 against 15.6, where each tile's fill and drain weigh more. Triton 3.6 to 3.9
-compile it with no wgmma serialized; it was timed with 3.6 only.
+Measured on the H200 (Triton 3.6, ``gemm_ceiling``), with one rescale of each K block beside a wgmma
+of the same consumer: 37.1 us per tile per SM at the layer's L1 shape, against 40.0-42.3 for Triton's
+step with scales loaded ahead, 41.2-42.1 for a Gluon tile without warp specialization (both warpgroups in
+step, waits placed as above, a CTA barrier per two K blocks) and 29.0 for cuBLAS without block scales;
+at the L2 shape (K 1536) 18.0 against 15.6, where each tile's fill and drain weigh more. Triton 3.6 to
+3.9 compile it with no wgmma serialized.
 """
 
 from __future__ import annotations
@@ -111,25 +119,34 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_ptr, a_scale, b_scale, M
         acc_lo = gl.zeros([ROWS, HALF], gl.float32, layout=mma)
         acc_hi = gl.zeros([ROWS, HALF], gl.float32, layout=mma)
         a_s, lo_s, hi_s = gl.load(a_row), gl.load(lo_row), gl.load(hi_row)
-        for kb in range(KB):
-            more = kb + 1 < KB  # the next block's scales (1 past the last) load beside this block's wait
-            a_n = gl.load(a_row + kb + 1, mask=gl.full([ROWS], 0, gl.int1, layout=rows_layout) | more, other=1.0)
-            lo_n = gl.load(lo_row + kb + 1, mask=more, other=1.0)
-            hi_n = gl.load(hi_row + kb + 1, mask=more, other=1.0)
-            s = step % STAGES
-            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-            a = a_bufs.index(s).slice(ROW0, ROWS)
-            lo = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), acc_lo, is_async=True)
-            hi = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), acc_hi, is_async=True)
-            acc_lo = warpgroup_mma_wait(num_outstanding=1, deps=(lo,))
-            acc_lo = acc_lo * _ratio(a_s, lo_s, a_n, lo_n)  # beside hi's wgmma
-            # acc_lo is not passed through this wait: with it, the ptxas of Triton >= 3.8 serialized every
-            # wgmma (C7514); ptxas keeps the rescale before the wait either way (the AOT test reads the SASS)
+        for kb in range(0, KB, 2):  # two K blocks per iteration: no wgmma in flight across the back edge
+            more = kb + 2 < KB
+            a_1, lo_1, hi_1 = gl.load(a_row + kb + 1), gl.load(lo_row + kb + 1), gl.load(hi_row + kb + 1)
+            a_2 = gl.load(a_row + kb + 2, mask=gl.full([ROWS], 0, gl.int1, layout=rows_layout) | more, other=1.0)
+            lo_2 = gl.load(lo_row + kb + 2, mask=more, other=1.0)
+            hi_2 = gl.load(hi_row + kb + 2, mask=more, other=1.0)
+            s0 = step % STAGES
+            mbarrier.wait(ready.index(s0), (step // STAGES) & 1)
+            a = a_bufs.index(s0).slice(ROW0, ROWS)
+            lo = warpgroup_mma(a, lo_bufs.index(s0).permute((1, 0)), acc_lo, is_async=True)
+            hi = warpgroup_mma(a, hi_bufs.index(s0).permute((1, 0)), acc_hi, is_async=True)
+            acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
+            acc_lo = acc_lo * _ratio(a_s, lo_s, a_1, lo_1)  # beside hi's wgmma
+            s1 = (step + 1) % STAGES
+            mbarrier.wait(ready.index(s1), ((step + 1) // STAGES) & 1)
+            a = a_bufs.index(s1).slice(ROW0, ROWS)
+            lo = warpgroup_mma(a, lo_bufs.index(s1).permute((1, 0)), acc_lo, is_async=True)
+            acc_hi, lo = warpgroup_mma_wait(num_outstanding=1, deps=(hi, lo))
+            mbarrier.arrive(empty.index(s0), count=1)
+            acc_hi = acc_hi * _ratio(a_s, hi_s, a_1, hi_1)  # beside the second block's lo
+            hi = warpgroup_mma(a, hi_bufs.index(s1).permute((1, 0)), acc_hi, is_async=True)
+            acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
+            acc_lo = acc_lo * _ratio(a_1, lo_1, a_2, lo_2)  # beside hi's wgmma
             acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
-            mbarrier.arrive(empty.index(s), count=1)  # after the partition's threads are past the wait
-            acc_hi = acc_hi * _ratio(a_s, hi_s, a_n, hi_n)
-            a_s, lo_s, hi_s = a_n, lo_n, hi_n
-            step += 1
+            mbarrier.arrive(empty.index(s1), count=1)
+            acc_hi = acc_hi * _ratio(a_1, hi_1, a_2, hi_2)  # beside the other consumer's wgmmas
+            a_s, lo_s, hi_s = a_2, lo_2, hi_2
+            step += 2
         offs_n = n0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, mma))
         out = c_ptr + gl.expand_dims(offs_m, 1) * N + gl.expand_dims(offs_n, 0)
         gl.store(out, acc_lo.to(gl.bfloat16))
@@ -144,7 +161,8 @@ def scaled_tiles(
     """C [M, N] (bf16) = the block-scaled A [M, K] @ B [N, K]^T, a [128, 2 x 128] tile at a time (from the
     descriptors' [128, 128] blocks), tiles handed out round-robin to NUM_PROGRAMS programs. Launched with
     4 warps: the first consumer; a second consumer and the loader (1 warp) are worker partitions with
-    CONSUMER_REGS and LOADER_REGS registers per thread. M and N are multiples of the tile, K of 128."""
+    CONSUMER_REGS and LOADER_REGS registers per thread. M and N are multiples of the tile, K of 256 (two
+    K blocks per step of a consumer's loop), STAGES at least 2."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     HALF: gl.constexpr = b_desc.block_type.shape[0]
@@ -176,8 +194,8 @@ def scaled_tiles_call(
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     (m, k), n = a.shape, b.shape[0]
-    if m % 128 or n % 256 or k % 128 or stages < 1:
-        raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 128 to be 0 and stages >= 1 (got M={m}, "
+    if m % 128 or n % 256 or k % 256 or stages < 2:
+        raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 256 to be 0 and stages >= 2 (got M={m}, "
                          f"N={n}, K={k}, stages={stages})")  # fmt: skip
     layout = gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)
     a_desc = TensorDescriptor.from_tensor(a, [128, 128], layout)
