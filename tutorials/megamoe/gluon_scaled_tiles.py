@@ -26,11 +26,12 @@ Each accumulator is kept in units of the scales of the K block its next wgmma ad
 scales are ``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K (a_scale [M, K / 128]),
 B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]).
 
-Measured on the H200 (Triton 3.6, ``gemm_ceiling``), with one rescale of each K block beside a wgmma
-of the same consumer: 37.1 us per tile per SM at the layer's L1 shape, against 40.0-42.3 for Triton's
-step with scales loaded ahead, 41.2-42.1 for a Gluon tile without warp specialization (both warpgroups in
-step, waits placed as above, a CTA barrier per two K blocks) and 29.0 for cuBLAS without block scales;
-at the L2 shape (K 1536) 18.0 against 15.6, where each tile's fill and drain weigh more. Triton 3.6 to
+Measured on the H200 (Triton 3.6, ``gemm_ceiling``): 36.4 us per tile per SM at the layer's L1 shape
+(37.1 with one K block per step, only one rescale of each block beside the consumer's own wgmma), against
+39.4-42.3 for Triton's step with scales loaded ahead, 41.2-42.1 for a Gluon tile without warp
+specialization (both warpgroups in step, waits placed as above, a CTA barrier per two K blocks) and
+28.7-29.0 for cuBLAS without block scales; at the L2 shape (K 1536) 17.5 against 15.4, where each tile's
+fill and drain weigh more. Loading the scales an iteration ahead changed nothing (36.2). Triton 3.6 to
 3.9 compile it with no wgmma serialized.
 """
 
