@@ -92,6 +92,14 @@ def _loader(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, M, N, K, NUM
 
 
 @gluon.jit
+def _scales(a_row, lo_row, hi_row, kb, KB, rows_layout: gl.constexpr):
+    """K block kb's scales: A's per row, B's lo and hi blocks'; 1 past the last block (kb == KB)."""
+    more = kb < KB
+    a_s = gl.load(a_row + kb, mask=gl.full(a_row.shape, 0, gl.int1, layout=rows_layout) | more, other=1.0)
+    return a_s, gl.load(lo_row + kb, mask=more, other=1.0), gl.load(hi_row + kb, mask=more, other=1.0)
+
+
+@gluon.jit
 def _ratio(a_was, b_was, a_s, b_s):
     """The [rows, 1] factor that takes an accumulator from units of (a_was, b_was) to units of (a_s, b_s)."""
     return gl.expand_dims((a_was / a_s) * (b_was / b_s), 1)
@@ -121,11 +129,8 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_ptr, a_scale, b_scale, M
         acc_hi = gl.zeros([ROWS, HALF], gl.float32, layout=mma)
         a_s, lo_s, hi_s = gl.load(a_row), gl.load(lo_row), gl.load(hi_row)
         for kb in range(0, KB, 2):  # two K blocks per iteration: no wgmma in flight across the back edge
-            more = kb + 2 < KB
-            a_1, lo_1, hi_1 = gl.load(a_row + kb + 1), gl.load(lo_row + kb + 1), gl.load(hi_row + kb + 1)
-            a_2 = gl.load(a_row + kb + 2, mask=gl.full([ROWS], 0, gl.int1, layout=rows_layout) | more, other=1.0)
-            lo_2 = gl.load(lo_row + kb + 2, mask=more, other=1.0)
-            hi_2 = gl.load(hi_row + kb + 2, mask=more, other=1.0)
+            a_1, lo_1, hi_1 = _scales(a_row, lo_row, hi_row, kb + 1, KB, rows_layout)
+            a_2, lo_2, hi_2 = _scales(a_row, lo_row, hi_row, kb + 2, KB, rows_layout)
             s0 = step % STAGES
             mbarrier.wait(ready.index(s0), (step // STAGES) & 1)
             a = a_bufs.index(s0).slice(ROW0, ROWS)
