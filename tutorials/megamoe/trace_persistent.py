@@ -49,6 +49,11 @@ def gemm_item_rows(layout: np.ndarray, schedule: Schedule, block_m: int, group_m
     return out
 
 
+def _mean(values: np.ndarray, where: np.ndarray) -> float:
+    """Mean of ``values`` where ``where`` holds; 0.0 where it holds nowhere."""
+    return float(values[where].mean()) if where.any() else 0.0
+
+
 def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.ndarray] | None = None,
               block_m: int = 0) -> dict:  # fmt: skip
     """Per-region timing of one traced call from its ``trace`` rows ([N_ITEMS, len(TRACE_FIELDS)] int64,
@@ -85,11 +90,11 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
             tail, full = (pairs > 0) & (pairs < block_m), pairs >= block_m
             regions[name].update({
                 "tail_items": int(tail.sum()),
-                "tail_mean_item_us": float(took[tail].mean()) if tail.any() else 0.0,
-                "tail_mean_rows": float(pairs[tail].mean()) if tail.any() else 0.0,
-                "tail_mean_wait_us": float(waited[tail].mean()) if tail.any() else 0.0,
-                "full_mean_item_us": float(took[full].mean()) if full.any() else 0.0,
-                "full_mean_wait_us": float(waited[full].mean()) if full.any() else 0.0,
+                "tail_mean_item_us": _mean(took, tail),
+                "tail_mean_rows": _mean(pairs, tail),
+                "tail_mean_wait_us": _mean(waited, tail),
+                "full_mean_item_us": _mean(took, full),
+                "full_mean_wait_us": _mean(waited, full),
                 "idle_items": int((pairs == 0).sum()),
             })  # fmt: skip
     span_us = float((t_end - t0) / 1e3)
