@@ -248,25 +248,29 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     spills nothing and neither serializes its wgmmas nor adds waits (C75xx); in the SASS each consumer
     waits three times per two K blocks with one wgmma left in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``),
     and each such wait is followed, before the next wait, by the rescale that runs beside that wgmma: a
-    multiply per accumulator register of a thread (64 x 128 / 128)."""
+    multiply per accumulator register of a thread (64 x 128 / 128). Each consumer stores its tile's two
+    halves by TMA (two bulk tensor stores each) from a store buffer of its own."""
     from conftest import aot, ptxas_report, sass
     from triton.experimental.gluon import language as gl
 
     from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
 
     desc = f"tensordesc<fp8e4nv[128, 128],{gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)!r}>"
-    signature = {"a_desc": desc, "b_desc": desc, "c_ptr": "*bf16", "a_scale": "*fp32", "b_scale": "*fp32",
-                 "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
+    c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
+    signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
+                 "a_scale": "*fp32", "b_scale": "*fp32", "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
     constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40}
     compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
     ptx = compiled.asm["ptx"]
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
-    assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
+    assert 4 * 3 * 128 * 128 + 2 * 64 * 128 * 2 <= compiled.metadata.shared <= SHARED_LIMIT
     report = ptxas_report(ptx, tmp_path)
     assert_no_spills(ptx, tmp_path)
     assert not re.search(r"\(C75\d\d\)", report), report
-    ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", sass(compiled.asm["cubin"], tmp_path))
+    code = sass(compiled.asm["cubin"], tmp_path)
+    assert len(re.findall(r"\bUTMASTG\.2D\b", code)) == 4, "two TMA stores per consumer"
+    ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", code)
     waits = [i for i, op in enumerate(ops) if op == "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
     assert len(waits) == 6, ops  # three per consumer
     for i in waits:

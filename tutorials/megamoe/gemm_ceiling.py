@@ -20,7 +20,7 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
   (its result is not checked);
 * ``halves`` (fp8): ``plain`` as two 128-column dots without scales (the scaled tile's shape alone);
 * ``gluon`` (fp8): the scaled tile in Gluon, warp-specialized: a loader warp and two consumer warpgroups
-  of 64 rows each, one's rescale beside the other's wgmma (``gluon_scaled_tiles``);
+  of 64 rows each, one's rescale beside the other's wgmma, the output stored by TMA (``gluon_scaled_tiles``);
 * ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16).
 
 Each variant but ``noload`` is checked against a float32 matmul of the same operands. Prints a table

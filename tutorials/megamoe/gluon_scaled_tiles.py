@@ -16,6 +16,7 @@ the same consumer::
         wait hi(k); arrive empty[k];  rescale hi      beside lo(k + 1); issue hi(k + 1)
         wait lo(k + 1);         rescale lo      beside hi(k + 1)
         wait hi(k + 1); arrive empty[k + 1]; rescale hi (beside the other consumer's wgmmas)
+    then, per 128-column half: wait for this consumer's last TMA store; half -> its store buffer; TMA store
 
 No wgmma is in flight across the loop's back edge: ptxas (Triton 3.6-3.9) could not tell a group issued
 in the iteration before from one issued in this one, and serialized every wgmma of the kernel (C7514)
@@ -26,13 +27,21 @@ Each accumulator is kept in units of the scales of the K block its next wgmma ad
 scales are ``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K (a_scale [M, K / 128]),
 B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]).
 
-Measured on the H200 (Triton 3.6, ``gemm_ceiling``): 36.4 us per tile per SM at the layer's L1 shape
-(37.1 with one K block per step, only one rescale of each block beside the consumer's own wgmma), against
-39.4-42.3 for Triton's step with scales loaded ahead, 41.2-42.1 for a Gluon tile without warp
-specialization (both warpgroups in step, waits placed as above, a CTA barrier per two K blocks) and
-28.7-29.0 for cuBLAS without block scales; at the L2 shape (K 1536) 17.5 against 15.4, where each tile's
-fill and drain weigh more. Loading the scales an iteration ahead changed nothing (36.2). Triton 3.6 to
-3.9 compile it with no wgmma serialized.
+The output leaves through shared memory and TMA, not as stores from the wgmma layout (two bf16 per
+thread and row, 4-byte stores): those held each consumer for its tile's 64 x 256 values while the
+tensor cores waited (the tile took 12 % longer at the L1 shape, 30 % at L2's). A consumer waits for its
+last store only when it needs the buffer again, so a tile's last half drains beside the next tile's
+wgmmas.
+
+Measured on the H200 (Triton 3.6, ``gemm_ceiling``), us per tile per SM at the layer's L1 shape (L2's,
+K 1536): 32.6-33.1 (13.0-13.3) against 39.3-41.5 (15.3-16.4) for Triton's step with scales loaded ahead
+and 28.8 (12.1) for cuBLAS without block scales; with 4-byte stores from the wgmma layout it took
+36.3-36.8 (17.5-17.7), and its rescales switched off (timing only) 28.5 (11.9). Stages of 64 K columns
+(a scale block over two of them, 6 or 8 stages) were slower: 34.8-34.9 (14.1). A Gluon tile without warp
+specialization (both warpgroups in step, waits placed as above, a CTA barrier per two K blocks) was no
+faster than Triton's step (41.2-42.1); one K block per consumer step instead of two, 37.1 before the
+TMA stores (36.4 with two); scales loaded an iteration ahead, no change. Triton 3.6 to 3.9 compile it
+with no wgmma serialized.
 """
 
 from __future__ import annotations
@@ -43,15 +52,17 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
-# The TMA load's name moved between the tested Tritons (`async_copy_global_to_shared` up to 3.7,
-# `async_load` from 3.8).
+# The TMA copies' names moved between the tested Tritons (`async_copy_global_to_shared` and
+# `async_copy_shared_to_global` up to 3.7, `async_load` and `async_store` from 3.8).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 CONSUMER_ROWS = gl.constexpr(64)  # rows of a tile per consumer warpgroup (a wgmma's M)
 
 
@@ -106,9 +117,20 @@ def _ratio(a_was, b_was, a_s, b_s):
 
 
 @gluon.jit
-def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_ptr, a_scale, b_scale, M, N, K, ROW0: gl.constexpr,
+def _store(c_desc, c_buf, acc, row, col):
+    """acc as bf16 into C at (row, col) through ``c_buf`` by TMA, once the buffer's last store has read it."""
+    tma.store_wait(0)
+    c_buf.store(acc.to(gl.bfloat16))
+    fence_async_shared()
+    _tma_store(c_desc, [row, col], c_buf)
+
+
+@gluon.jit
+def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_scale, M, N, K, ROW0: gl.constexpr,
               NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """Rows [ROW0, ROW0 + 64) of each of this program's tiles, both 128-column halves, stored as bf16."""
+    """Rows [ROW0, ROW0 + 64) of each of this program's tiles, both 128-column halves, stored as bf16 through
+    ``c_buf`` (this consumer's own) by TMA. A store is waited for only when the buffer is needed again, so
+    the next tile's wgmmas start while the last half drains."""
     ROWS: gl.constexpr = CONSUMER_ROWS
     BLOCK_M: gl.constexpr = a_bufs.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
@@ -153,22 +175,22 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_ptr, a_scale, b_scale, M
             acc_hi = acc_hi * _ratio(a_1, hi_1, a_2, hi_2)  # beside the other consumer's wgmmas
             a_s, lo_s, hi_s = a_2, lo_2, hi_2
             step += 2
-        offs_n = n0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, mma))
-        out = c_ptr + gl.expand_dims(offs_m, 1) * N + gl.expand_dims(offs_n, 0)
-        gl.store(out, acc_lo.to(gl.bfloat16))
-        gl.store(out + HALF, acc_hi.to(gl.bfloat16))
+        _store(c_desc, c_buf, acc_lo, m0 + ROW0, n0)
+        _store(c_desc, c_buf, acc_hi, m0 + ROW0, n0 + HALF)
+    tma.store_wait(0)
 
 
 @gluon.jit
 def scaled_tiles(
-    a_desc, b_desc, c_ptr, a_scale, b_scale, M, N, K, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr,
+    a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
 ):  # fmt: skip
     """C [M, N] (bf16) = the block-scaled A [M, K] @ B [N, K]^T, a [128, 2 x 128] tile at a time (from the
-    descriptors' [128, 128] blocks), tiles handed out round-robin to NUM_PROGRAMS programs. Launched with
-    4 warps: the first consumer; a second consumer and the loader (1 warp) are worker partitions with
-    CONSUMER_REGS and LOADER_REGS registers per thread. M and N are multiples of the tile, K of 256 (two
-    K blocks per step of a consumer's loop), STAGES at least 2."""
+    descriptors' [128, 128] blocks; C through ``c_desc``'s [64, 128] blocks), tiles handed out round-robin to
+    NUM_PROGRAMS programs. Launched with 4 warps: the first consumer; a second consumer and the loader (1
+    warp) are worker partitions with CONSUMER_REGS and LOADER_REGS registers per thread. M and N are
+    multiples of the tile, K of 256 (two K blocks per step of a consumer's loop), STAGES 2 to 4 (48 KB
+    each, beside the consumers' two 16 KB store buffers)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     HALF: gl.constexpr = b_desc.block_type.shape[0]
@@ -176,16 +198,17 @@ def scaled_tiles(
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     lo_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, HALF, BLOCK_K], b_desc.layout)
     hi_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, HALF, BLOCK_K], b_desc.layout)
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
     gl.warp_specialize([
-        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_ptr, a_scale, b_scale, M, N, K, 0, NUM_PROGRAMS,
-                     GROUP_M, STAGES)),
-        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_ptr, a_scale, b_scale, M, N, K, CONSUMER_ROWS,
+        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_bufs.index(0), a_scale, b_scale, M, N, K, 0,
                      NUM_PROGRAMS, GROUP_M, STAGES)),
+        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_bufs.index(1), a_scale, b_scale, M, N, K,
+                     CONSUMER_ROWS, NUM_PROGRAMS, GROUP_M, STAGES)),
         (_loader, (a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, M, N, K, NUM_PROGRAMS, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
 
@@ -200,17 +223,18 @@ def scaled_tiles_call(
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     (m, k), n = a.shape, b.shape[0]
-    if m % 128 or n % 256 or k % 256 or stages < 2:
-        raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 256 to be 0 and stages >= 2 (got M={m}, "
+    if m % 128 or n % 256 or k % 256 or not 2 <= stages <= 4:
+        raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages (got M={m}, "
                          f"N={n}, K={k}, stages={stages})")  # fmt: skip
     layout = gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)
     a_desc = TensorDescriptor.from_tensor(a, [128, 128], layout)
     b_desc = TensorDescriptor.from_tensor(b, [128, 128], layout)
+    c_desc = TensorDescriptor.from_tensor(c, [64, 128], gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
     grid = (min(programs, (m // 128) * (n // 256)),)
 
     def run() -> None:
         # 232 registers per consumer thread hold its two 64 x 128 accumulators; the loader needs few
-        scaled_tiles[grid](a_desc, b_desc, c, a_scale, b_scale, m, n, k, NUM_PROGRAMS=grid[0], GROUP_M=group_m,
+        scaled_tiles[grid](a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_PROGRAMS=grid[0], GROUP_M=group_m,
                            STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4)  # fmt: skip
 
     return run
