@@ -63,7 +63,7 @@ def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
 
 def test_every_suite_names_scripts_that_exist():
     names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "t3_persistent", "t3_trace", "t3_experts",
-             "faults", "nvshmem", "multi_gpu", "serving", "launch_paths", "all", "tutorials"}  # fmt: skip
+             "t3_gluon", "faults", "nvshmem", "multi_gpu", "serving", "launch_paths", "all", "tutorials"}  # fmt: skip
     assert set(suites.SUITES) == names
     env = {"VARIANTS": "stores:2 puts:2"}
     for gpus in (1, 2, 8):

@@ -419,3 +419,13 @@ def test_gluon_scaled_tiles_refuse_what_they_do_not_tile(m, n, k, stages):
     rule = rf"M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages \(got M={m}, N={n}, K={k}, stages={stages}\)"
     with pytest.raises(ValueError, match=rule):
         scaled_tiles_call(a, b, a_s, b_s, c, programs=132, stages=stages)
+
+
+def test_gemm_phase_counts_the_rows_of_each_m_tile():
+    """``gemm_phase.landed_counts``: the rows of each 128-pair M tile of a layout (the persistent kernel's
+    LANDED counts once every row has landed): experts' full tiles 128, their last tiles the rest, an expert
+    without pairs no tile, 0 past the call's M tiles."""
+    from tutorials.megamoe.gemm_phase import landed_counts
+
+    layout = torch.tensor([5, 300, 0, 128, 1, 0, 300, 300, 428, 0, 3, 3, 4, 0, 0, 0, 0], dtype=torch.int32)
+    assert landed_counts(layout, 4, 7, 128).tolist() == [128, 128, 44, 128, 1, 0, 0]

@@ -5,17 +5,17 @@ Usage, from the repository root of the GPU machine (carry .debs/ when it has no 
     python3 -m scripts.gpu.suite SUITE [--out DIR] [--budget S] [--max-step-s S]
     python3 -m scripts.gpu.suite exec [--shared-gpu] [--triton-bundle DIR] [--nvshmem-bundle DIR] -- COMMAND ...
 
-SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, t3_persistent, t3_trace, faults,
-nvshmem, multi_gpu, serving, launch_paths, all, tutorials); ``exec`` runs one command as a one-step suite
-(``--shared-gpu``: its PEs share GPU 0, as a suite's steps can). Before the steps, ``scripts/gpu/setup.sh`` installs
-the plugin into /tmp/site and provides clang (``--no-setup``: use this environment as it is). Every step gets the
-NVLink-multicast-off variables (``MULTICAST_OFF``: they are set nowhere else), Python fault handlers, its suite's
-variables and its own; steps whose PEs share GPU 0 run with MPS on, started and stopped here. A step runs under
-min(its limit, the budget's time left - 10 s, ``--max-step-s``); one that would start with under 40 s of the budget
-left is skipped. A step still running 5 s before its limit gets SIGABRT on every leaf process (the torchrun
-workers), so that each prints its Python stacks into the step's log (native ones first when ``.debs/py-spy`` is
-carried), and is then killed. ``--triton-bundle`` / ``--nvshmem-bundle`` put a release packed by ``pack_bundle.sh``
-in front of the installed one for every step.
+SUITE is one of ``suites.SUITES`` (core, runtime, t1, t1_sweep, t2, t3, t3_tune, t3_persistent, t3_trace,
+t3_experts, t3_gluon, faults, nvshmem, multi_gpu, serving, launch_paths, all, tutorials); ``exec`` runs one command
+as a one-step suite (``--shared-gpu``: its PEs share GPU 0, as a suite's steps can). Before the steps,
+``scripts/gpu/setup.sh`` installs the plugin into /tmp/site and provides clang (``--no-setup``: use this environment
+as it is). Every step gets the NVLink-multicast-off variables (``MULTICAST_OFF``: they are set nowhere else), Python
+fault handlers, its suite's variables and its own; steps whose PEs share GPU 0 run with MPS on, started and stopped
+here. A step runs under min(its limit, the budget's time left - 10 s, ``--max-step-s``); one that would start with
+under 40 s of the budget left is skipped. A step still running 5 s before its limit gets SIGABRT on every leaf
+process (the torchrun workers), so that each prints its Python stacks into the step's log (native ones first when
+``.debs/py-spy`` is carried), and is then killed. ``--triton-bundle`` / ``--nvshmem-bundle`` put a release packed by
+``pack_bundle.sh`` in front of the installed one for every step.
 
 Results go to ``--out`` (default ``$OUT``, else ``bench/results/<date>-<N>x<GPU>-<suite>/``): one
 ``<step>.log`` and one ``<step>/`` folder (the files the step wrote) per step, and ``<suite>.json``:

@@ -312,6 +312,24 @@ def t3_experts(gpus: int) -> Suite:
     return Suite("t3_experts", steps, budget_s=540)
 
 
+def t3_gluon(gpus: int) -> Suite:
+    """The persistent fp8 call's GEMM work in Gluon, warp-specialized, beside Triton's at world 1: the
+    block-scaled tile on dense matrices of the layer's shapes beside Triton's step and cuBLAS
+    (``gemm_ceiling``), then the call's L1 and L2 items in Gluon and in Triton on the state a real call
+    leaves (``gemm_phase``: the same h and y_pair checked, then timed), random and skewed routing, traced,
+    and with the same pairs over 4 experts (no partial tiles)."""
+    phase = ("python3", "-m", f"{T3}.gemm_phase")
+    return Suite("t3_gluon", [
+        Step("ceiling", ("python3", "-m", f"{T3}.gemm_ceiling", "--only", "gluon", "prefetch", "plain", "--stages",
+                         "3", "4", "--out", "{dir}"), 120),
+        Step("phase_random", (*phase, "--json", "{dir}/phase_random.json"), 80),
+        Step("phase_skewed", (*phase, "--routing", "skewed", "--json", "{dir}/phase_skewed.json"), 80),
+        Step("phase_random_trace", (*phase, "--trace", "--json", "{dir}/phase_random_trace.json"), 80),
+        Step("phase_e4_trace", (*phase, "--trace", "--shape", "4096", "1536", "4", "4", "1024", "--json",
+                                "{dir}/phase_e4_trace.json"), 80),
+    ], budget_s=540)  # fmt: skip
+
+
 def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
     """Both impls' CUDA-graph rows read back from the benchmarks' JSON, with their share of the dense
     ceiling and the persistent call's goal."""
@@ -557,7 +575,8 @@ def _goals(out: Path, worlds: list[int]) -> tuple[list[str], dict]:
 
 SUITES: dict[str, Callable[[int], Suite]] = {
     "core": core, "runtime": runtime, "t1": t1, "t1_sweep": t1_sweep, "t2": t2, "t3": t3, "t3_tune": t3_tune,
-    "t3_persistent": t3_persistent, "t3_trace": t3_trace, "t3_experts": t3_experts, "faults": faults,
+    "t3_persistent": t3_persistent, "t3_trace": t3_trace, "t3_experts": t3_experts, "t3_gluon": t3_gluon,
+    "faults": faults,
     "nvshmem": nvshmem, "multi_gpu": multi_gpu, "serving": serving, "launch_paths": launch_paths,
     "all": every_one_gpu_suite, "tutorials": tutorials,
 }  # fmt: skip

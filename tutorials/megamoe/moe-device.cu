@@ -131,6 +131,16 @@ extern "C" __device__ int moe_wait_each(const int *counter, int expected, int wh
   return 0;
 }
 
+// moe_wait_count for one warp of a warp-specialized program (the TMA loader of the Gluon GEMM items):
+// every calling thread waits itself (acquire), with no CTA barrier, since the other partitions do not
+// call it; then the asynchronous proxy is ordered after the wait, as the loader's next reads are TMA
+// loads of what the counted work stored with ordinary stores.
+extern "C" __device__ int moe_wait_async(const int *counter, int expected, int what, int me, int timeout_ms) {
+  triton_raw_wait_ge(counter, expected, moe_wait_names[what], me, me, timeout_ms);
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  return 0;
+}
+
 // Returns 0 once this PE's word `*flag` (int64, symmetric, raised by PE `peer` with moe_signal) is at
 // least `epoch`, to every thread: thread 0 waits with acquire ordering at system scope, then a CTA
 // barrier, so what the peer stored before its signal, in its memory or ours, is visible to every
