@@ -8,7 +8,7 @@ layout are restored before each launch, since the kernel's last program zeroes t
 same h, h scales and y_pair for every pair (poisoned before each), then times each as a CUDA graph
 (including its few-word counter copy) beside the whole call::
 
-    python -m tutorials.megamoe.gemm_phase [--routing skewed] [--stages 3] --json $OUT/gemm_phase.json
+    python -m tutorials.megamoe.gemm_phase [--routing skewed] [--stages 3] [--trace] --json $OUT/gemm_phase.json
 
 Needs an H200 (sm_90) and the plugin's clang (the bounded waits are raw CUDA).
 """
@@ -55,14 +55,12 @@ def gluon_phase(layer, stages: int) -> tuple[Callable[[], None], torch.Tensor]:
     def fp8_desc(t: torch.Tensor) -> TensorDescriptor:
         return TensorDescriptor.from_tensor(t, [128, 128], fp8_block)
 
-    y_desc = TensorDescriptor.from_tensor(buf["y_pair"], [64, 128],
-                                          gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))  # fmt: skip
     landed = landed_counts(buf["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m)
     counters = torch.zeros(1 + sch.m_tiles, dtype=torch.int32, device=landed.device)  # next item, L1 tiles done
     programs = torch.cuda.get_device_properties(landed.device).multi_processor_count
     trace = buf["trace"][sch.starts()["L1_START"] :] if pc.trace else None  # its rows as the persistent kernel's
     args = (fp8_desc(buf["a_sorted"]), fp8_desc(buf["h"]), fp8_desc(w["w1q"].view(e * 2 * inter, hid)),
-            fp8_desc(w["w2q"].view(e * hid, inter)), y_desc, buf["layout"], landed, counters, buf["sorted_row"],
+            fp8_desc(w["w2q"].view(e * hid, inter)), buf["layout"], landed, counters, buf["sorted_row"],
             buf["x_scale"], buf["h"], buf["h_scale"], buf["y_pair"], w["w1s"], w["w2s"], 0, 2000, trace)  # fmt: skip
     constexprs = dict(H=hid, INTER=inter, E_LOC=e, EL_P2=sch.local_experts_p2, GROUP_M=pc.group_m,
                       M_TILES=sch.m_tiles, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
@@ -131,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routing", default="random", choices=["random", "skewed"])
     parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
                         metavar=("H", "I", "E", "K", "T"))  # fmt: skip
-    parser.add_argument("--stages", type=int, default=3, help="the Gluon tiles' stages (2 to 3)")
+    parser.add_argument("--stages", type=int, default=4, help="the Gluon tiles' stages (2 to 4)")
     parser.add_argument("--trace", action="store_true",
                         help="trace both (persistent.TRACE_FIELDS) and print each one's regions (trace_persistent)")
     parser.add_argument("--json", type=Path)

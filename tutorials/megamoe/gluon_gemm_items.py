@@ -19,8 +19,14 @@ Per program, three partitions (as in ``gluon_scaled_tiles``)::
     consumer c (4 warps, rows 64c .. 64c + 63 of each tile): once the item's first stage has landed
                       (so the loader's wait is behind it), the block-scaled K loop of
                       gluon_scaled_tiles; then L1: silu(gate) * up quantized to h and h_scale, the M
-                      tile's L1 count raised; L2: y_pair through TMA (masked stores on an expert's last,
-                      partial tile, whose further rows are the next expert's)
+                      tile's L1 count raised; L2: y_pair. Both store 16 bytes per thread after a layout
+                      conversion, masked to the expert's rows (an expert's last, partial tile ends in the
+                      next expert's rows)
+
+Outputs are not stored by TMA, unlike ``gluon_scaled_tiles``' (whose lesson was the 4-byte stores of the
+wgmma layout, not the lack of TMA): a partial tile needs masked stores anyway, and without store buffers
+the kernel holds four stages, which the layer's loads need, its weights coming from HBM (H200, random
+routing: 241.0 us for every item with four stages, 247.6 with three, 249.8 with three and y_pair by TMA).
 
 No deadlock at any grid size: items are taken in increasing order, an L1 item waits only for rows that
 have landed (before the launch), and an L2 item only for L1 items taken before it, which their programs
@@ -37,11 +43,11 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _ratio, _store, _tma_load
+from .gluon_scaled_tiles import CONSUMER_ROWS, _ratio, _tma_load
 from .kernels import DEVICE_FILE, _tile_of
 from .persistent import TRACE_WORDS, WAIT_L1, WAIT_LANDED, _globaltimer, _trace_item
 from .quant import AMAX_FLOOR, FP8_MAX
@@ -230,25 +236,22 @@ def _h_out(gate, up, h_ptr, hs_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr)
 
 
 @gluon.jit
-def _y_out(lo, hi, y_desc, c_buf, y_pair, offs_m, row0, row_end, col0, H: gl.constexpr):
-    """A consumer's rows of an L2 tile (two 128-column blocks from ``col0``) into y_pair: through TMA when
-    all of them are the expert's (``row0`` their first), else with masked stores."""
-    if row_end >= row0 + CONSUMER_ROWS:
-        _store(y_desc, c_buf, lo, row0, col0)
-        _store(y_desc, c_buf, hi, row0, col0 + QBLOCK)
-    else:
-        rows_16b: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # a row's 256 bytes
-        rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
-        cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
-        out = y_pair + gl.expand_dims(rows.to(gl.int64) * H, 1) + gl.expand_dims(cols, 0)
-        keep = gl.expand_dims(rows < row_end, 1)
-        gl.store(out, gl.convert_layout(lo.to(gl.bfloat16), rows_16b), mask=keep)
-        gl.store(out + QBLOCK, gl.convert_layout(hi.to(gl.bfloat16), rows_16b), mask=keep)
+def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
+    """A consumer's rows of an L2 tile (two 128-column blocks from ``col0``) into y_pair, 16 bytes per store
+    after a layout conversion; rows past the expert's (an expert's last, partial tile, whose further rows
+    are the next expert's) are not stored."""
+    rows_16b: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # a row's 256 bytes: 16 threads
+    rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
+    cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
+    out = y_pair + gl.expand_dims(rows.to(gl.int64) * H, 1) + gl.expand_dims(cols, 0)
+    keep = gl.expand_dims(rows < row_end, 1)
+    gl.store(out, gl.convert_layout(lo.to(gl.bfloat16), rows_16b), mask=keep)
+    gl.store(out + QBLOCK, gl.convert_layout(hi.to(gl.bfloat16), rows_16b), mask=keep)
 
 
 @gluon.jit
-def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, y_desc, c_buf, layout_ptr,
-              counters_ptr, sorted_row, a_scale, h_ptr, hs_ptr, y_pair, w1s_ptr, w2s_ptr, trace_ptr, H: gl.constexpr,
+def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, layout_ptr, counters_ptr,
+              sorted_row, a_scale, h_ptr, hs_ptr, y_pair, w1s_ptr, w2s_ptr, trace_ptr, H: gl.constexpr,
               INTER: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
               M_TILES: gl.constexpr, ROW0: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of each item the loader hands this program (TRACE, the first consumer: when
@@ -276,7 +279,7 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_fre
             lo_row = w2s_ptr + (expert * N2 + pid_n) * 2 * KB2  # the tile's two weight blocks' scales
             lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
                                    lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
-            _y_out(lo, hi, y_desc, c_buf, y_pair, offs_m, row0 + ROW0, row_end, pid_n * 2 * QBLOCK, H)
+            _y_out(lo, hi, y_pair, offs_m, row_end, pid_n * 2 * QBLOCK, H)
         else:
             rows = gl.load(sorted_row + offs_m, mask=row_ok, other=0, cache_modifier=".cg").to(gl.int64)
             gate_row = w1s_ptr + (expert * N1 + pid_n) * 2 * KB1  # gate's scales, then up's
@@ -289,27 +292,24 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_fre
             _trace_item(trace_ptr + _trace_row(item, n_mt, N1, M_TILES) * TRACE_WORDS, started)
         taken += 1
         item = _receive(items, item_full, item_free, taken)
-    tma.store_wait(0)
 
 
 @gluon.jit
 def moe_gemm_items(
-    a_desc, h_desc, w1_desc, w2_desc, y_desc, layout_ptr, landed_ptr, counters_ptr, sorted_row, a_scale, h_ptr,
+    a_desc, h_desc, w1_desc, w2_desc, layout_ptr, landed_ptr, counters_ptr, sorted_row, a_scale, h_ptr,
     hs_ptr, y_pair, w1s_ptr, w2s_ptr, me, wait_ms, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
     E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
-    """Every L1 and L2 item of a call (module docstring), each program of 4 warps (the first
-    consumer; the second and the loader, 1 warp, are worker partitions with CONSUMER_REGS and LOADER_REGS
-    registers per thread). Descriptors: ``a_desc`` (a_sorted), ``h_desc``, ``w1_desc``, ``w2_desc`` [128,
-    128] e4m3 blocks; ``y_desc`` [64, 128] bf16 blocks of y_pair. H and INTER multiples of 256; STAGES 2
-    or 3 (48 KB each, beside two 16 KB store buffers and the epilogues' layout conversions). TRACE: the
-    persistent kernel's trace rows (``persistent.TRACE_FIELDS``) from its L1 region on (M_TILES: its
-    bound on the M tiles); else ``trace_ptr`` is None."""
+    """Every L1 and L2 item of a call (module docstring), each program of 4 warps (the first consumer; the
+    second and the loader, 1 warp, are worker partitions with CONSUMER_REGS and LOADER_REGS registers per
+    thread). Descriptors: ``a_desc`` (a_sorted), ``h_desc``, ``w1_desc``, ``w2_desc`` [128, 128] e4m3 blocks.
+    H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). TRACE: the persistent kernel's trace rows
+    (``persistent.TRACE_FIELDS``) from its L1 region on (M_TILES: its bound on the M tiles); else
+    ``trace_ptr`` is None."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, QBLOCK], a_desc.layout)
     lo_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, QBLOCK], w1_desc.layout)
     hi_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, QBLOCK], w1_desc.layout)
-    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -322,12 +322,12 @@ def moe_gemm_items(
         mbarrier.init(item_full.index(i), count=1)
         mbarrier.init(item_free.index(i), count=2)
     gl.warp_specialize([
-        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, y_desc, c_bufs.index(0),
-                     layout_ptr, counters_ptr, sorted_row, a_scale, h_ptr, hs_ptr, y_pair, w1s_ptr, w2s_ptr, trace_ptr,
-                     H, INTER, E_LOC, EL_P2, GROUP_M, M_TILES, 0, STAGES, TRACE)),
-        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, y_desc, c_bufs.index(1),
-                     layout_ptr, counters_ptr, sorted_row, a_scale, h_ptr, hs_ptr, y_pair, w1s_ptr, w2s_ptr, trace_ptr,
-                     H, INTER, E_LOC, EL_P2, GROUP_M, M_TILES, CONSUMER_ROWS, STAGES, TRACE)),
+        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, layout_ptr, counters_ptr,
+                     sorted_row, a_scale, h_ptr, hs_ptr, y_pair, w1s_ptr, w2s_ptr, trace_ptr, H, INTER, E_LOC, EL_P2,
+                     GROUP_M, M_TILES, 0, STAGES, TRACE)),
+        (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, layout_ptr, counters_ptr,
+                     sorted_row, a_scale, h_ptr, hs_ptr, y_pair, w1s_ptr, w2s_ptr, trace_ptr, H, INTER, E_LOC, EL_P2,
+                     GROUP_M, M_TILES, CONSUMER_ROWS, STAGES, TRACE)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
                    item_free, layout_ptr, landed_ptr, counters_ptr, me, wait_ms, trace_ptr, H, INTER, E_LOC, EL_P2,
                    GROUP_M, M_TILES, STAGES, TRACE)),
