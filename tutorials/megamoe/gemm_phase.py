@@ -81,13 +81,12 @@ def triton_phase(
     from . import persistent as p
     from .persistent_launch import schedule
 
-    cfg, pc = layer.cfg, layer.persistent
-    starts = schedule(cfg, pc).starts()
+    sch = schedule(layer.cfg, layer.persistent)
+    starts = sch.starts()
     launch = layer._call
-    landed_at = p.SCHED_FIXED + 2 * cfg.world + cfg.num_experts  # persistent.moe_persistent's LANDED
     restore = torch.zeros_like(layer.local["sched"])
     restore[p.LAYOUT_DONE.value] = 1
-    restore[landed_at : landed_at + landed.numel()] = landed
+    restore[sch.landed_word : sch.landed_word + landed.numel()] = landed
     bindings = ChainMap({"item_begin": starts["L1_START"], "item_end": starts["COMBINE_START"]},
                         layer._bindings(x, logits, y))  # fmt: skip
     args = launch.arguments(bindings)

@@ -201,7 +201,12 @@ class Schedule:
     def sched_words(self) -> int:
         """Length of ``sched``: the fixed counters, combine items done per source, pairs per expert, tokens
         per destination, then rows landed, L1 tiles done and L2 tiles done per M tile."""
-        return SCHED_FIXED + self.world + self.experts + self.world + 3 * self.m_tiles
+        return self.landed_word + 3 * self.m_tiles
+
+    @property
+    def landed_word(self) -> int:
+        """Index in ``sched`` of the first M tile's rows-landed count (the kernel's LANDED)."""
+        return SCHED_FIXED + self.world + self.experts + self.world
 
     @property
     def layout_words(self) -> int:
