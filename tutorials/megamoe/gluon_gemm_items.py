@@ -56,7 +56,7 @@ QBLOCK = gl.constexpr(128)  # the fp8 scale block: a K step, an L1 tile's gate (
 RING = gl.constexpr(2)  # items the loader may have handed out ahead of the consumers
 _FP8_MAX = gl.constexpr(FP8_MAX)
 _AMAX_FLOOR = gl.constexpr(AMAX_FLOOR)
-# A partition's CTA barrier (its own warps only inside warp_specialize): `thread_barrier` up to 3.8
+# A partition's CTA barrier (its own warps only inside warp_specialize): `thread_barrier` in Triton 3.6
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
