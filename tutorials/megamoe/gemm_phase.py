@@ -46,6 +46,9 @@ def gluon_phase(layer, stages: int) -> tuple[Callable[[], None], torch.Tensor]:
     from .gluon_gemm_items import moe_gemm_items
     from .persistent_launch import schedule
 
+    if not 2 <= stages <= 4:
+        raise ValueError(f"gemm_phase: the Gluon items hold 2 to 4 stages of 48 KB in shared memory, not {stages}")
+
     cfg, pc, w = layer.cfg, layer.persistent, layer.weights
     buf = {**layer.sym, **layer.local}
     sch = schedule(cfg, pc)
