@@ -43,11 +43,11 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _ratio, _tma_load
+from .gluon_scaled_tiles import CONSUMER_ROWS, _k_loop, _tma_load
 from .kernels import DEVICE_FILE, _tile_of
 from .persistent import TRACE_WORDS, WAIT_L1, WAIT_LANDED, _globaltimer, _trace_item
 from .quant import AMAX_FLOOR, FP8_MAX
@@ -171,52 +171,6 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, e
         taken += 1
         item = gl.atomic_add(counters_ptr, 1, sem="relaxed", scope="gpu")
     _publish(items, item_full, item_free, total, taken)
-
-
-@gluon.jit
-def _row_scales(a_row, row_ok, lo_row, hi_row, kb, KB):
-    """K block kb's scales: A's per row (1 for rows past the expert's), B's lo and hi blocks'; 1 past the
-    last block (kb == KB)."""
-    more = kb < KB
-    a_s = gl.load(a_row + kb, mask=row_ok & more, other=1.0)
-    return a_s, gl.load(lo_row + kb, mask=more, other=1.0), gl.load(hi_row + kb, mask=more, other=1.0)
-
-
-@gluon.jit
-def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0: gl.constexpr,
-            STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
-    """A consumer's rows of one tile over KB (even) K blocks from ``step`` on, in
-    ``gluon_scaled_tiles._consumer``'s order: (gate or lo, up or hi, next step), each accumulator the
-    block-scaled sum itself (its last ratio takes it to units of 1)."""
-    acc_lo = gl.zeros([CONSUMER_ROWS, QBLOCK], gl.float32, layout=mma)
-    acc_hi = gl.zeros([CONSUMER_ROWS, QBLOCK], gl.float32, layout=mma)
-    a_s, lo_s, hi_s = _row_scales(a_row, row_ok, lo_row, hi_row, 0, KB)
-    for kb in range(0, KB, 2):  # two K blocks per iteration: no wgmma in flight across the back edge
-        a_1, lo_1, hi_1 = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
-        a_2, lo_2, hi_2 = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 2, KB)
-        s0 = step % STAGES
-        mbarrier.wait(ready.index(s0), (step // STAGES) & 1)
-        a = a_bufs.index(s0).slice(ROW0, CONSUMER_ROWS)
-        lo = warpgroup_mma(a, lo_bufs.index(s0).permute((1, 0)), acc_lo, is_async=True)
-        hi = warpgroup_mma(a, hi_bufs.index(s0).permute((1, 0)), acc_hi, is_async=True)
-        acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
-        acc_lo = acc_lo * _ratio(a_s, lo_s, a_1, lo_1)  # beside hi's wgmma
-        s1 = (step + 1) % STAGES
-        mbarrier.wait(ready.index(s1), ((step + 1) // STAGES) & 1)
-        a = a_bufs.index(s1).slice(ROW0, CONSUMER_ROWS)
-        lo = warpgroup_mma(a, lo_bufs.index(s1).permute((1, 0)), acc_lo, is_async=True)
-        acc_hi, lo = warpgroup_mma_wait(num_outstanding=1, deps=(hi, lo))
-        mbarrier.arrive(empty.index(s0), count=1)
-        acc_hi = acc_hi * _ratio(a_s, hi_s, a_1, hi_1)  # beside the second block's lo
-        hi = warpgroup_mma(a, hi_bufs.index(s1).permute((1, 0)), acc_hi, is_async=True)
-        acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
-        acc_lo = acc_lo * _ratio(a_1, lo_1, a_2, lo_2)  # beside hi's wgmma
-        acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
-        mbarrier.arrive(empty.index(s1), count=1)
-        acc_hi = acc_hi * _ratio(a_1, hi_1, a_2, hi_2)  # beside the other consumer's wgmmas
-        a_s, lo_s, hi_s = a_2, lo_2, hi_2
-        step += 2
-    return acc_lo, acc_hi, step
 
 
 @gluon.jit

@@ -103,17 +103,57 @@ def _loader(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, M, N, K, NUM
 
 
 @gluon.jit
-def _scales(a_row, lo_row, hi_row, kb, KB, rows_layout: gl.constexpr):
-    """K block kb's scales: A's per row, B's lo and hi blocks'; 1 past the last block (kb == KB)."""
+def _ratio(a_was, b_was, a_s, b_s):
+    """The [rows, 1] factor that takes an accumulator from units of (a_was, b_was) to units of (a_s, b_s)."""
+    return gl.expand_dims((a_was / a_s) * (b_was / b_s), 1)
+
+
+@gluon.jit
+def _row_scales(a_row, row_ok, lo_row, hi_row, kb, KB):
+    """K block kb's scales: A's per row (1 for rows past the expert's), B's lo and hi blocks'; 1 past the
+    last block (kb == KB)."""
     more = kb < KB
-    a_s = gl.load(a_row + kb, mask=gl.full(a_row.shape, 0, gl.int1, layout=rows_layout) | more, other=1.0)
+    a_s = gl.load(a_row + kb, mask=row_ok & more, other=1.0)
     return a_s, gl.load(lo_row + kb, mask=more, other=1.0), gl.load(hi_row + kb, mask=more, other=1.0)
 
 
 @gluon.jit
-def _ratio(a_was, b_was, a_s, b_s):
-    """The [rows, 1] factor that takes an accumulator from units of (a_was, b_was) to units of (a_s, b_s)."""
-    return gl.expand_dims((a_was / a_s) * (b_was / b_s), 1)
+def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0: gl.constexpr,
+            STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+    """A consumer's rows (``ROW0`` of the stages' A rows on) of one tile over KB (even) K blocks from ``step``
+    on, in the order of the module docstring: (lo, hi, next step), each accumulator the block-scaled sum
+    itself (its last ratio takes it to units of 1). ``a_row``: the rows' A scales (``row_ok``: the rows
+    that have them); ``lo_row`` / ``hi_row``: the B blocks'."""
+    HALF: gl.constexpr = lo_bufs.shape[1]
+    acc_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    acc_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    a_s, lo_s, hi_s = _row_scales(a_row, row_ok, lo_row, hi_row, 0, KB)
+    for kb in range(0, KB, 2):  # two K blocks per iteration: no wgmma in flight across the back edge
+        a_1, lo_1, hi_1 = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
+        a_2, lo_2, hi_2 = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 2, KB)
+        s0 = step % STAGES
+        mbarrier.wait(ready.index(s0), (step // STAGES) & 1)
+        a = a_bufs.index(s0).slice(ROW0, CONSUMER_ROWS)
+        lo = warpgroup_mma(a, lo_bufs.index(s0).permute((1, 0)), acc_lo, is_async=True)
+        hi = warpgroup_mma(a, hi_bufs.index(s0).permute((1, 0)), acc_hi, is_async=True)
+        acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
+        acc_lo = acc_lo * _ratio(a_s, lo_s, a_1, lo_1)  # beside hi's wgmma
+        s1 = (step + 1) % STAGES
+        mbarrier.wait(ready.index(s1), ((step + 1) // STAGES) & 1)
+        a = a_bufs.index(s1).slice(ROW0, CONSUMER_ROWS)
+        lo = warpgroup_mma(a, lo_bufs.index(s1).permute((1, 0)), acc_lo, is_async=True)
+        acc_hi, lo = warpgroup_mma_wait(num_outstanding=1, deps=(hi, lo))
+        mbarrier.arrive(empty.index(s0), count=1)
+        acc_hi = acc_hi * _ratio(a_s, hi_s, a_1, hi_1)  # beside the second block's lo
+        hi = warpgroup_mma(a, hi_bufs.index(s1).permute((1, 0)), acc_hi, is_async=True)
+        acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
+        acc_lo = acc_lo * _ratio(a_1, lo_1, a_2, lo_2)  # beside hi's wgmma
+        acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
+        mbarrier.arrive(empty.index(s1), count=1)
+        acc_hi = acc_hi * _ratio(a_1, hi_1, a_2, hi_2)  # beside the other consumer's wgmmas
+        a_s, lo_s, hi_s = a_2, lo_2, hi_2
+        step += 2
+    return acc_lo, acc_hi, step
 
 
 @gluon.jit
@@ -144,37 +184,9 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
     for tile in range(gl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
         m0, n0 = _tile_origin(tile, tiles_m, tiles_n, GROUP_M, BLOCK_M, 2 * HALF)
         offs_m = m0 + ROW0 + gl.arange(0, ROWS, layout=rows_layout)
-        a_row = a_scale + offs_m * KB
         lo_row = b_scale + (n0 // HALF) * KB
-        hi_row = lo_row + KB
-        acc_lo = gl.zeros([ROWS, HALF], gl.float32, layout=mma)
-        acc_hi = gl.zeros([ROWS, HALF], gl.float32, layout=mma)
-        a_s, lo_s, hi_s = gl.load(a_row), gl.load(lo_row), gl.load(hi_row)
-        for kb in range(0, KB, 2):  # two K blocks per iteration: no wgmma in flight across the back edge
-            a_1, lo_1, hi_1 = _scales(a_row, lo_row, hi_row, kb + 1, KB, rows_layout)
-            a_2, lo_2, hi_2 = _scales(a_row, lo_row, hi_row, kb + 2, KB, rows_layout)
-            s0 = step % STAGES
-            mbarrier.wait(ready.index(s0), (step // STAGES) & 1)
-            a = a_bufs.index(s0).slice(ROW0, ROWS)
-            lo = warpgroup_mma(a, lo_bufs.index(s0).permute((1, 0)), acc_lo, is_async=True)
-            hi = warpgroup_mma(a, hi_bufs.index(s0).permute((1, 0)), acc_hi, is_async=True)
-            acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
-            acc_lo = acc_lo * _ratio(a_s, lo_s, a_1, lo_1)  # beside hi's wgmma
-            s1 = (step + 1) % STAGES
-            mbarrier.wait(ready.index(s1), ((step + 1) // STAGES) & 1)
-            a = a_bufs.index(s1).slice(ROW0, ROWS)
-            lo = warpgroup_mma(a, lo_bufs.index(s1).permute((1, 0)), acc_lo, is_async=True)
-            acc_hi, lo = warpgroup_mma_wait(num_outstanding=1, deps=(hi, lo))
-            mbarrier.arrive(empty.index(s0), count=1)
-            acc_hi = acc_hi * _ratio(a_s, hi_s, a_1, hi_1)  # beside the second block's lo
-            hi = warpgroup_mma(a, hi_bufs.index(s1).permute((1, 0)), acc_hi, is_async=True)
-            acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
-            acc_lo = acc_lo * _ratio(a_1, lo_1, a_2, lo_2)  # beside hi's wgmma
-            acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(hi,))
-            mbarrier.arrive(empty.index(s1), count=1)
-            acc_hi = acc_hi * _ratio(a_1, hi_1, a_2, hi_2)  # beside the other consumer's wgmmas
-            a_s, lo_s, hi_s = a_2, lo_2, hi_2
-            step += 2
+        acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale + offs_m * KB, offs_m < M,
+                                       lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
         _store(c_desc, c_buf, acc_lo, m0 + ROW0, n0)
         _store(c_desc, c_buf, acc_hi, m0 + ROW0, n0 + HALF)
     tma.store_wait(0)
