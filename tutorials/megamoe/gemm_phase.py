@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..common.run_metadata import run_metadata
     from .config import MoEConfig
     from .megamoe import MegaMoE, make_inputs, make_weights
-    from .persistent_launch import choose_persistent, schedule
-    from .trace_persistent import format_summary, gemm_item_rows, summarize
+    from .persistent_launch import choose_persistent
+    from .trace_persistent import format_summary, traced_run
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--routing", default="random", choices=["random", "skewed"])
@@ -180,13 +180,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{times['call_us']:.1f} us (CUDA graphs)")  # fmt: skip
     traces = {}
     if args.trace:  # one more run of each, its regions as trace_persistent prints a call's
-        sch = schedule(cfg, pc)
-        rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m)
         for name, run in (("triton", triton_run), ("gluon", gluon_run)):
-            layer.local["trace"].zero_()
-            run()
-            torch.cuda.synchronize()
-            traces[name] = summarize(layer.local["trace"].cpu().numpy(), sch, rows, pc.block_m)
+            traces[name] = traced_run(layer, run)
             print(f"== {name}")
             print("\n".join(format_summary(traces[name])), flush=True)
     if args.json:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,22 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     return {"span_us": span_us, "sms": sms, "busy_fraction": busy / (span_us * sms), "regions": regions}
 
 
+def traced_run(layer, run: Callable[[], None]) -> dict:
+    """:func:`summarize` of one ``run`` of a persistent layer built with ``trace``: its trace rows zeroed
+    first, then its trace and layout buffers read once the run has finished."""
+    import torch
+
+    from .persistent_launch import schedule
+
+    layer.local["trace"].zero_()
+    run()
+    torch.cuda.synchronize()
+    pc = layer.persistent
+    sch = schedule(layer.cfg, pc)
+    rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m)
+    return summarize(layer.local["trace"].cpu().numpy(), sch, rows, pc.block_m)
+
+
 def format_summary(summary: dict) -> list[str]:
     """The table of :func:`summarize`'s result, a line per region."""
     lines = [f"call span {summary['span_us']:.1f} us on {summary['sms']} SMs, items busy "
@@ -141,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..common.run_metadata import run_metadata
     from .config import MoEConfig
     from .megamoe import MegaMoE, make_inputs, make_weights
-    from .persistent_launch import choose_persistent, schedule
+    from .persistent_launch import choose_persistent
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
@@ -170,12 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent", persistent=pc)
         y = torch.empty_like(x)
         ms = triton.testing.do_bench(lambda layer=layer, y=y: layer(x, logits, out=y), rep=args.rep_ms)
-        layer.local["trace"].zero_()
-        layer(x, logits, out=y)
-        torch.cuda.synchronize()
-        sch = schedule(cfg, pc)
-        rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m)
-        summary = summarize(layer.local["trace"].cpu().numpy(), sch, rows, pc.block_m)
+        summary = traced_run(layer, lambda layer=layer, y=y: layer(x, logits, out=y))
         results.append({"config": dataclasses.asdict(pc), "eager_us": ms * 1e3, **summary})
         print(f"== {args.precision} {args.routing} [{text or 'defaults'}]: {ms * 1e3:.1f} us per eager call")
         print("\n".join(format_summary(summary)), flush=True)
