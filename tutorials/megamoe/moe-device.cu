@@ -131,12 +131,16 @@ extern "C" __device__ int moe_wait_each(const int *counter, int expected, int wh
   return 0;
 }
 
-// moe_wait_count for one warp of a warp-specialized program (the TMA loader of the Gluon GEMM items):
-// every calling thread waits itself (acquire), with no CTA barrier, since the other partitions do not
-// call it; then the asynchronous proxy is ordered after the wait, as the loader's next reads are TMA
-// loads of what the counted work stored with ordinary stores.
+// moe_wait_count for one partition of a warp-specialized program (gluon_persistent.py), called with
+// scalars or elementwise: every calling thread waits itself, with no CTA barrier, since the other
+// partitions do not call it. Its partition shares the SM with partitions at work, so it polls gently:
+// volatile loads MOE_POLL_NS apart, then one GPU-scope fence (acquire; an acquire load in every spin
+// held the working partitions back). Then the asynchronous proxy is ordered after the wait, as the
+// loader's next reads are TMA loads of what the counted work stored with ordinary stores.
+#define MOE_POLL_NS 100
 extern "C" __device__ int moe_wait_async(const int *counter, int expected, int what, int me, int timeout_ms) {
-  triton_raw_wait_ge(counter, expected, moe_wait_names[what], me, me, timeout_ms);
+  triton_raw_wait_ge<TRITON_RAW_ACQUIRE_FENCE_GPU>(counter, expected, moe_wait_names[what], me, me, timeout_ms,
+                                                   MOE_POLL_NS);
   asm volatile("fence.proxy.async.global;" ::: "memory");
   return 0;
 }
@@ -154,6 +158,17 @@ extern "C" __device__ int moe_wait_flag(const long long *flag, long long epoch, 
   return 0;
 }
 
+// moe_wait_flag for one partition of a warp-specialized program: every calling thread waits itself, with
+// no CTA barrier, polling as moe_wait_async does, then a system-scope fence (the peer's stores before its
+// release are then visible to this thread's loads).
+extern "C" __device__ int moe_wait_flag_async(const long long *flag, long long epoch, int what, int me, int peer,
+                                              int timeout_ms) {
+  triton_raw_wait_ge<TRITON_RAW_ACQUIRE_FENCE_GPU>(flag, epoch, moe_wait_names[what], me, peer, timeout_ms,
+                                                   MOE_POLL_NS);
+  __threadfence_system();
+  return 0;
+}
+
 // Raises PE `pe`'s copy of the symmetric int64 word `flag_sym` to `value` (block-collective). Every
 // thread's earlier stores (to this PE's memory or to peers') are made visible first: a CTA barrier,
 // a system-scope fence, then one release store at system scope, which the peer's acquire in
@@ -161,6 +176,17 @@ extern "C" __device__ int moe_wait_flag(const long long *flag, long long epoch, 
 extern "C" __device__ void moe_signal(long long *flag_sym, long long value, int pe) {
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    long long *word = static_cast<long long *>(nvshmem_ptr(flag_sym, pe));
+    __threadfence_system();
+    asm volatile("st.release.sys.b64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+  }
+}
+
+// moe_signal for one partition of a warp-specialized program, which has passed its own barrier before the
+// call (a CTA barrier would wait for the other partitions): the first thread of each calling warp fences
+// at system scope and stores the value with release (the same value from every warp: words only grow).
+extern "C" __device__ void moe_signal_async(long long *flag_sym, long long value, int pe) {
+  if ((threadIdx.x & 31) == 0) {
     long long *word = static_cast<long long *>(nvshmem_ptr(flag_sym, pe));
     __threadfence_system();
     asm volatile("st.release.sys.b64 [%0], %1;" ::"l"(word), "l"(value) : "memory");

@@ -1,0 +1,735 @@
+"""The persistent fp8 call at world 1 as one warp-specialized Gluon kernel: ``persistent.moe_persistent``'s
+work items (route, plan, layout, dispatch, L1, L2, combine) with its counters, layout and trace, and its
+GEMM items on ``gluon_scaled_tiles``' loader and consumers.
+
+Per program, three partitions::
+
+    loader (1 warp):  takes the next item from ``sched[NEXT]`` and hands it to the consumers (a ring of two
+                      slots in shared memory); an L1 / L2 item past the call's M tiles moves the counter to
+                      the next region instead (the layout known: it waits for it once). For an L1 item it
+                      waits until its M tile's rows have landed, for an L2 item until its M tile's L1 tiles
+                      are done, then loads every K block of A rows, B lo, B hi into the stages
+    consumer c (4 warps): half of every item: route and dispatch the c-th half of the item's tokens or
+                      slots, combine the c-th half of its rows, L1 / L2 rows 64c .. 64c + 63 of the tile
+                      (once the item's first stage has landed: the loader's wait is behind it); the plan
+                      and the layout items run in the first consumer alone
+
+The math is the Triton kernel's: top-k with ties to the lower id, x quantized per token and 128 columns
+with IEEE division (the same e4m3 bits and scales), the block-scaled K loop of ``gluon_scaled_tiles``,
+SwiGLU and h quantized per pair and 128 columns, y_pair in bf16 and each token's weighted sum of its pairs.
+The counters are ``persistent.moe_persistent``'s words of ``sched`` and ``layout``, except that the route,
+dispatch, L1 and L2 items count once per consumer (a consumer finishes its half without waiting for the
+other's), so their waits expect twice the items.
+
+No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
+earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
+the loader waits only for a GEMM item's operands (items taken before it) after handing it out, and takes
+its next item only once every K block of the last is loaded, so the consumers never wait on a loader that
+waits on them. Waits are bounded (``moe_wait_async``, ``moe_wait_flag_async``): a count
+that does not fill within ``wait_ms`` reports and traps. They synchronize one partition (each thread
+acquires for itself; a partition barrier where the partition's threads share what one read), never the CTA:
+a CTA barrier would wait for the other partitions. The raw ``moe_signal_async`` likewise.
+
+World 1 only: the pulls and pushes between ranks (``moe_pull``, ``moe_push``) end and start with CTA
+barriers, so their items stay in the Triton kernel (``persistent_launch`` refuses ``gluon`` at world > 1).
+Triton's interpreter does not run Gluon: the CPU checks run the Triton kernel, and the GPU checks compare
+this one's outputs with the reference as the Triton kernel's are.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from triton_raw_ext import dialect
+
+from .gluon_scaled_tiles import CONSUMER_ROWS, _k_loop, _tma_load
+from .kernels import DEVICE_FILE, _tile_of, moe_peer_ptr
+from .persistent import (
+    COMB_DONE,
+    DISPATCH_DONE,
+    EXITED,
+    LAYOUT_DONE,
+    NEXT,
+    ROUTE_DONE,
+    TRACE_WORDS,
+    WAIT_DISPATCH,
+    WAIT_L1,
+    WAIT_L2,
+    WAIT_LANDED,
+    WAIT_LAYOUT,
+    WAIT_PLAN,
+    WAIT_ROUTE,
+    _globaltimer,
+    _trace_item,
+)
+from .quant import AMAX_FLOOR, FP8_MAX
+
+QBLOCK = gl.constexpr(128)  # the fp8 scale block: a K step, an L1 tile's gate (or up) columns
+RING = gl.constexpr(1)  # items handed out and not yet taken up by the consumers (see _take)
+PARTS = gl.constexpr(2)  # consumers: each counts its half of a route, dispatch, L1 or L2 item
+_FP8_MAX = gl.constexpr(FP8_MAX)
+_AMAX_FLOOR = gl.constexpr(AMAX_FLOOR)
+# A partition's CTA barrier (its own warps only inside warp_specialize): `thread_barrier` in Triton 3.6
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+# The call's buffers by binding key, in the order of the table of their addresses the kernel takes
+# (``persistent_launch`` builds it once per layer): each partition loads a buffer's address where it uses it,
+# so the second consumer holds one pointer across its item loop, not twenty (twenty left ptxas too few
+# registers for its accumulators and it serialized the wgmmas).
+BUFFER_TABLE = (
+    "x_sym", "x_scale", "topk_ids", "topk_w", "pair_rank", "slot", "send_idx", "send_count", "send_pairs",
+    "plan_flag", "recv_ids", "recv_w", "recv_n", "layout", "sorted_row", "inv_pos", "a_sorted", "h", "h_scale",
+    "y_pair", "sched", "w1s", "w2s",
+)  # fmt: skip
+(X_SYM, X_SCALE, IDS, WTS, RANK, SLOT, SEND_IDX, SEND_COUNT, SEND_PAIRS, PLAN_FLAG, RECV_IDS, RECV_W, RECV_N, LAYOUT,
+ SORTED_ROW, INV_POS, A_SORTED, H_BUF, H_SCALE, Y_PAIR, SCHED, W1S, W2S) = (
+    gl.constexpr(i) for i in range(len(BUFFER_TABLE)))  # fmt: skip
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_wait_async(counter, expected, what, me, timeout_ms): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_wait_flag_async(flag, epoch, what, me, peer, timeout_ms): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_signal_async(flag_sym, value, pe): ...
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _cumsum(x, axis: gl.constexpr):
+    """Inclusive prefix sum along ``axis`` (Triton 3.6's Gluon has no ``cumsum``)."""
+    return gl.associative_scan(x, axis, _add)
+
+
+@gluon.jit
+def _release(counter):
+    """Count one finished item (or half of one) on ``counter``: the partition's stores first, then a release add."""
+    _barrier()
+    gl.atomic_add(counter, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def _buffer(table, index: gl.constexpr, dtype: gl.constexpr):
+    """The address of buffer ``BUFFER_TABLE[index]`` as a pointer to ``dtype``."""
+    return gl.load(table + index).to(gl.pointer_type(dtype))
+
+
+@gluon.jit
+def _peer(sym, pe, dtype: gl.constexpr):
+    """PE ``pe``'s copy of the symmetric ``sym`` as a pointer to ``dtype`` (``moe_peer_ptr``)."""
+    return moe_peer_ptr(sym, pe).to(gl.pointer_type(dtype))
+
+
+@gluon.jit
+def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WARPS: gl.constexpr):
+    """(local expert, first pair, end of the expert's pairs) of 128-pair M tile ``pid_m`` of the layout
+    (``persistent._tile_rows``), in a partition of WARPS warps."""
+    ee = gl.arange(0, EL_P2, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
+    inside = ee < E_LOC
+    total = gl.load(layout_ptr + 1 + ee, mask=inside, other=0, cache_modifier=".cg")
+    first_pair = gl.load(layout_ptr + 1 + EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
+    first_tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
+    tile_end = gl.where(inside, first_tile + (total + QBLOCK - 1) // QBLOCK, 0x7FFFFFFF)
+    expert = gl.sum((tile_end <= pid_m).to(gl.int32), axis=0)
+    this = ee == expert
+    start = gl.sum(gl.where(this, first_pair, 0), axis=0)
+    row0 = start + (pid_m - gl.sum(gl.where(this, first_tile, 0), axis=0)) * QBLOCK
+    return expert, row0, start + gl.sum(gl.where(this, total, 0), axis=0)
+
+
+@gluon.jit
+def _pair_tiles(layout_ptr, e, pos, owned, EL_P2: gl.constexpr):
+    """M tile of each pair at position ``pos`` of local expert ``e`` (0 where not ``owned``)."""
+    e_safe = gl.where(owned, e, 0)
+    first_pair = gl.load(layout_ptr + 1 + EL_P2 + e_safe, cache_modifier=".cg")
+    first_tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + e_safe, cache_modifier=".cg")
+    return gl.where(owned, first_tile + (pos - first_pair) // QBLOCK, 0)
+
+
+@gluon.jit
+def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.constexpr, N1: gl.constexpr,
+               N2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
+               WARPS: gl.constexpr):  # fmt: skip
+    """(is L2, M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the
+    call's ``n_mt`` M tiles)."""
+    is_l2 = item >= L2_START
+    if is_l2:
+        pid_m, pid_n = _tile_of(item - L2_START, n_mt, N2, GROUP_M)
+    else:
+        pid_m, pid_n = _tile_of(item - L1_START, n_mt, N1, GROUP_M)
+    expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2, WARPS)
+    return is_l2, pid_m, pid_n, expert, row0, row_end
+
+
+# ----------------------------------------------------------------------------- the item ring
+
+
+@gluon.jit
+def _wait_slot(item_free, taken):
+    """Until both consumers have read the item the loader's ``taken``-th item's ring slot held before."""
+    s = taken % RING
+    mbarrier.wait(item_free.index(s), ((taken // RING) & 1) ^ 1)  # a fresh barrier passes the first round
+
+
+@gluon.jit
+def _publish(items, item_full, item, taken):
+    """Hand ``item`` (the loader's ``taken``-th) to both consumers through its slot (:func:`_wait_slot` first)."""
+    s = taken % RING
+    items.index(s).store(gl.full([1], item, gl.int32, layout=gl.BlockedLayout([1], [32], [1], [0])))
+    mbarrier.arrive(item_full.index(s), count=1)
+
+
+@gluon.jit
+def _receive(items, item_full, item_free, taken):
+    """The consumer's ``taken``-th item from the ring (:func:`_publish`)."""
+    s = taken % RING
+    mbarrier.wait(item_full.index(s), (taken // RING) & 1)
+    item = gl.max(items.index(s).load(gl.BlockedLayout([1], [32], [4], [0])), axis=0)
+    _barrier()  # every warp has read the slot before it is handed back
+    mbarrier.arrive(item_free.index(s), count=1)
+    return item
+
+
+# ----------------------------------------------------------------------------- the loader
+
+
+@gluon.jit
+def _fill(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, b_row, KB, step, STAGES: gl.constexpr):
+    """K blocks 0 .. KB - 1 of A rows [a_row, +128) and B rows [b_row, +256) into the stages from ``step``
+    on; returns the next step."""
+    for kb in range(KB):
+        s = step % STAGES
+        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
+        bar = ready.index(s)
+        mbarrier.expect(bar, a_desc.block_type.nbytes + 2 * b_desc.block_type.nbytes)
+        _tma_load(a_desc, [a_row, kb * QBLOCK], bar, a_bufs.index(s))
+        _tma_load(b_desc, [b_row, kb * QBLOCK], bar, lo_bufs.index(s))
+        _tma_load(b_desc, [b_row + QBLOCK, kb * QBLOCK], bar, hi_bufs.index(s))
+        step += 1
+    return step
+
+
+@gluon.jit
+def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H: gl.constexpr, INTER: gl.constexpr,
+          L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr):  # fmt: skip
+    """(the next item to hand out, the call's M tiles or -1 while not needed yet): an L1 / L2 item past the
+    call's M tiles moves the counter to the next region (so is the rest of its region) and is not handed
+    out; the layout is waited for at the first GEMM item."""
+    N1: gl.constexpr = INTER // QBLOCK
+    N2: gl.constexpr = H // (2 * QBLOCK)
+    item = item_begin + gl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed", scope="gpu")
+    searching = item == item
+    while searching & (item >= L1_START) & (item < COMBINE_START):
+        if n_mt < 0:
+            moe_wait_async(sched_ptr + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
+            n_mt = gl.load(layout_ptr, cache_modifier=".cg")
+        is_l2 = item >= L2_START
+        if gl.where(is_l2, item - L2_START >= n_mt * N2, item - L1_START >= n_mt * N1):
+            gl.atomic_max(sched_ptr + NEXT, gl.where(is_l2, COMBINE_START, L2_START) - item_begin, sem="relaxed",
+                          scope="gpu")  # fmt: skip
+            item = item_begin + gl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed", scope="gpu")
+        else:
+            searching = item != item
+    return item, n_mt
+
+
+@gluon.jit
+def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free,
+            table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
+            E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
+            L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
+            TRACE: gl.constexpr):  # fmt: skip
+    """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
+    once the consumers have taken up the last (so that no item waits in a program behind more than one
+    other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
+    it into the stages (TRACE: when the wait ended, in the item's trace row). Past the last item it hands
+    them ``item_end``, which ends their loops."""
+    N1: gl.constexpr = INTER // QBLOCK
+    N2: gl.constexpr = H // (2 * QBLOCK)
+    LANDED: gl.constexpr = COMB_DONE + 1 + E + 1  # sched's words at world 1, as moe_persistent's
+    layout_ptr = _buffer(table, LAYOUT, gl.int32)
+    sched_ptr = _buffer(table, SCHED, gl.int32)
+    step = 0
+    taken = 0
+    _wait_slot(item_free, taken)
+    item, n_mt = _take(sched_ptr, layout_ptr, gl.to_tensor(-1), me, wait_ms, item_begin, H, INTER, L1_START,
+                       L2_START, COMBINE_START)  # fmt: skip
+    while item < item_end:
+        _publish(items, item_full, item, taken)
+        taken += 1
+        if (item >= L1_START) & (item < COMBINE_START):
+            is_l2, pid_m, pid_n, expert, row0, row_end = _gemm_item(layout_ptr, item, n_mt, L1_START, L2_START, N1,
+                                                                    N2, E_LOC, EL_P2, GROUP_M, 1)  # fmt: skip
+            if is_l2:
+                moe_wait_async(sched_ptr + LANDED + M_TILES + pid_m, PARTS * N1, WAIT_L1, me, wait_ms)
+            else:
+                moe_wait_async(sched_ptr + LANDED + pid_m, gl.minimum(row_end - row0, QBLOCK), WAIT_LANDED, me, wait_ms)
+            if TRACE:
+                gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
+            if is_l2:
+                step = _fill(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
+                             expert * H + pid_n * 2 * QBLOCK, INTER // QBLOCK, step, STAGES)  # fmt: skip
+            else:
+                step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
+                             (expert * N1 + pid_n) * 2 * QBLOCK, H // QBLOCK, step, STAGES)  # fmt: skip
+        _wait_slot(item_free, taken)
+        item, n_mt = _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H, INTER, L1_START, L2_START,
+                           COMBINE_START)  # fmt: skip
+    _publish(items, item_full, item_end, taken)
+
+
+# ----------------------------------------------------------------------------- route, plan, layout
+
+
+@gluon.jit
+def _topk_rows(logits_ptr, ids_sym, w_sym, offs_t, mask_t, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr,
+               K_P2: gl.constexpr, L: gl.constexpr):  # fmt: skip
+    """``kernels._topk_rows`` for the tokens ``offs_t`` (layout SliceLayout(1, L)): top-k ids (ties to the
+    lower id) and softmax weights into ids_sym / w_sym; returns the ids [tokens, K_P2] in L."""
+    ROWS: gl.constexpr = offs_t.shape[0]
+    rows = offs_t.to(gl.int64)
+    e = gl.arange(0, E_P2, layout=gl.SliceLayout(0, L))
+    kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+    lg = gl.load(logits_ptr + rows[:, None] * E + e[None, :], mask=mask_t[:, None] & (e[None, :] < E),
+                 other=float("-inf")).to(gl.float32)  # fmt: skip
+    ids = gl.zeros([ROWS, K_P2], gl.int32, layout=L)
+    vals = gl.full([ROWS, K_P2], float("-inf"), gl.float32, layout=L)
+    for k in gl.static_range(K):
+        best = gl.max(lg, axis=1)
+        idx = gl.min(gl.where(lg == best[:, None], e[None, :], E_P2), axis=1)
+        ids = gl.where(kk[None, :] == k, idx[:, None], ids)
+        vals = gl.where(kk[None, :] == k, best[:, None], vals)
+        lg = gl.where(e[None, :] == idx[:, None], float("-inf"), lg)
+    p = gl.exp(vals - gl.max(vals, axis=1)[:, None])
+    p = gl.where(kk[None, :] < K, p, 0.0)
+    p = p / gl.sum(p, axis=1)[:, None]
+    mk = mask_t[:, None] & (kk[None, :] < K)
+    gl.store(ids_sym + rows[:, None] * K + kk[None, :], ids, mask=mk)
+    gl.store(w_sym + rows[:, None] * K + kk[None, :], p, mask=mk)
+    return ids
+
+
+@gluon.jit
+def _quantize_step(v, x_sym, xs_sym, offs, ok, scale_at, row_ok):
+    """Quantize the blocks ``v`` [rows, blocks, 128] (float32) into x_sym at ``offs`` and their scales into
+    xs_sym at ``scale_at`` (``kernels_fp8._quantize_blocks``' formula)."""
+    scale = gl.div_rn(gl.maximum(gl.max(gl.abs(v), axis=2), _AMAX_FLOOR), _FP8_MAX)
+    q = gl.minimum(gl.maximum(gl.div_rn(v, scale[:, :, None]), -_FP8_MAX), _FP8_MAX)
+    gl.store(x_sym + offs, q.to(gl.float8e4nv), mask=ok)
+    gl.store(xs_sym + scale_at, scale, mask=row_ok[:, None])
+
+
+@gluon.jit
+def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    """Columns [c0, c0 + COLS) of x's tokens [t0, t0 + ROWS) (those below T) quantized per 128 columns into
+    x_sym and xs_sym (``kernels_fp8._quantize_cols``), two blocks a step with the next step's loads in
+    flight: the kernel's code stays small (every block in one step, unrolled, made each route item fetch
+    its instructions for longer than it ran)."""
+    STEP: gl.constexpr = 2 if COLS >= 2 * QBLOCK else 1  # blocks per step
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [2, 1, 16], [2, 2, 1], [2, 1, 0])  # 16 bytes of bf16 a thread
+    L2: gl.constexpr = gl.SliceLayout(2, L3)
+    r = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L2))
+    b = gl.arange(0, STEP, layout=gl.SliceLayout(0, L2))
+    c = gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    row_ok = r < T
+    offs = (r.to(gl.int64)[:, None] * H + c0 + b[None, :] * QBLOCK)[:, :, None] + c[None, None, :]
+    scale_at = r.to(gl.int64)[:, None] * (H // QBLOCK) + c0 // QBLOCK + b[None, :]
+    ok = row_ok[:, None, None]
+    v = gl.load(x_ptr + offs, mask=ok, other=0.0)
+    for s in range(STEP * QBLOCK, COLS, STEP * QBLOCK):
+        following = gl.load(x_ptr + offs + s, mask=ok, other=0.0)
+        _quantize_step(v.to(gl.float32), x_sym, xs_sym, offs + (s - STEP * QBLOCK), ok,
+                       scale_at + (s - STEP * QBLOCK) // QBLOCK, row_ok)  # fmt: skip
+        v = following
+    _quantize_step(v.to(gl.float32), x_sym, xs_sym, offs + (COLS - STEP * QBLOCK), ok,
+                   scale_at + (COLS - STEP * QBLOCK) // QBLOCK, row_ok)  # fmt: skip
+
+
+@gluon.jit
+def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.constexpr, E: gl.constexpr,
+                E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
+                ROUTE_COLS: gl.constexpr):  # fmt: skip
+    """Consumer ``part``'s half of the tokens of route item ``item`` (``persistent._route_item`` at world 1):
+    their top-k and plan (column chunk 0: each pair's rank among the pairs to its expert, a token's slot is
+    the token), and their ROUTE_COLS columns of the chunk quantized."""
+    CHUNKS: gl.constexpr = H // ROUTE_COLS
+    ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
+    PAIR_COUNT: gl.constexpr = COMB_DONE + 1  # sched's words at world 1, as moe_persistent's
+    SENT_COUNT: gl.constexpr = PAIR_COUNT + E
+    L: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])  # a token's experts within a warp
+    ch = item % CHUNKS
+    t0 = (item // CHUNKS) * ROUTE_TOKENS + part * ROWS
+    if t0 < T:
+        if ch == 0:
+            sched = _buffer(table, SCHED, gl.int32)
+            offs_t = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
+            mask_t = offs_t < T
+            ids = _topk_rows(logits_ptr, _buffer(table, IDS, gl.int32), _buffer(table, WTS, gl.float32), offs_t,
+                             mask_t, E, E_P2, K, K_P2, L)  # fmt: skip
+            kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+            valid = mask_t[:, None] & (kk[None, :] < K)
+            rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=valid,
+                                 sem="relaxed", scope="gpu")  # fmt: skip
+            gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
+            gl.store(_buffer(table, SLOT, gl.int32) + offs_t, offs_t, mask=mask_t)
+            gl.store(_buffer(table, SEND_IDX, gl.int32) + offs_t, offs_t, mask=mask_t)
+            gl.atomic_add(sched + SENT_COUNT, gl.sum(mask_t.to(gl.int32), axis=0), sem="relaxed", scope="gpu")
+        _quantize_cols(x_ptr, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
+                       ch * ROUTE_COLS, H, ROWS, ROUTE_COLS)  # fmt: skip
+
+
+@gluon.jit
+def _plan_item(r, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
+               N_ROUTE: gl.constexpr):  # fmt: skip
+    """``persistent._plan_item`` for destination r, in one partition: once every route item is done, the
+    tokens and pairs per expert r gets into send_count[r] / send_pairs[r], then this rank's plan flag on r."""
+    PAIR_COUNT: gl.constexpr = COMB_DONE + 1
+    SENT_COUNT: gl.constexpr = PAIR_COUNT + E
+    sched = _buffer(table, SCHED, gl.int32)
+    zero = moe_wait_async(sched + ROUTE_DONE, PARTS * N_ROUTE, WAIT_ROUTE, me, wait_ms)
+    ee = gl.arange(0, EL_P2, layout=gl.BlockedLayout([1], [32], [4], [0]))
+    per_expert = gl.load(sched + PAIR_COUNT + r * E_LOC + ee + zero, mask=ee < E_LOC, other=0, cache_modifier=".cg")
+    gl.store(_buffer(table, SEND_COUNT, gl.int32) + r, gl.load(sched + SENT_COUNT + r + zero, cache_modifier=".cg"))
+    gl.store(_buffer(table, SEND_PAIRS, gl.int32) + r * E_LOC + ee, per_expert, mask=ee < E_LOC)
+    _barrier()  # every thread's stores before the signal
+    moe_signal_async(_buffer(table, PLAN_FLAG, gl.int64) + me, epoch, r)
+
+
+@gluon.jit
+def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
+                 W_P2: gl.constexpr):  # fmt: skip
+    """``persistent._layout_item`` in one partition: once every rank's plan for this rank is in, rows per
+    source and the pair layout (pairs grouped by local expert, then source; 128-pair M tiles)."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, 4], [1, 0])
+    send_count_sym = _buffer(table, SEND_COUNT, gl.int32)
+    send_pairs_sym = _buffer(table, SEND_PAIRS, gl.int32)
+    plan_flag_sym = _buffer(table, PLAN_FLAG, gl.int64)
+    layout_ptr = _buffer(table, LAYOUT, gl.int32)
+    ww = gl.arange(0, W_P2, layout=gl.SliceLayout(1, L))
+    ee = gl.arange(0, EL_P2, layout=gl.SliceLayout(0, L))
+    counts = gl.zeros([W_P2], gl.int32, layout=gl.SliceLayout(1, L))
+    pairs = gl.zeros([W_P2, EL_P2], gl.int32, layout=L)
+    for src in gl.static_range(WORLD):
+        zero = moe_wait_flag_async(plan_flag_sym + src, epoch, WAIT_PLAN, me, src, wait_ms)
+        c = gl.load(_peer(send_count_sym, src, gl.int32) + me + zero, cache_modifier=".cg")
+        p = gl.load(_peer(send_pairs_sym, src, gl.int32) + me * E_LOC + ee + zero, mask=ee < E_LOC, other=0,
+                    cache_modifier=".cg")  # fmt: skip
+        counts = gl.where(ww == src, c, counts)
+        pairs = gl.where(ww[:, None] == src, p[None, :], pairs)
+    gl.store(_buffer(table, RECV_N, gl.int32) + ww, counts, mask=ww < WORLD)
+    VEC: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # a scan takes no sliced layout
+    e1 = gl.arange(0, EL_P2, layout=VEC)
+    total = gl.convert_layout(gl.sum(pairs, axis=0), VEC)
+    tiles = (total + QBLOCK - 1) // QBLOCK
+    first_pair = _cumsum(total, 0) - total
+    gl.store(layout_ptr, gl.sum(tiles, axis=0))
+    gl.store(layout_ptr + 1 + e1, total)
+    gl.store(layout_ptr + 1 + EL_P2 + e1, first_pair)
+    gl.store(layout_ptr + 1 + 2 * EL_P2 + e1, _cumsum(tiles, 0) - tiles)
+    src_first = gl.convert_layout(first_pair, gl.SliceLayout(0, L))[None, :] + _cumsum(pairs, 0) - pairs
+    gl.store(layout_ptr + 1 + 3 * EL_P2 + ww[:, None] * EL_P2 + ee[None, :], src_first, mask=(ww < WORLD)[:, None])
+    _release(_buffer(table, SCHED, gl.int32) + LAYOUT_DONE)
+
+
+# ----------------------------------------------------------------------------- dispatch, combine
+
+
+@gluon.jit
+def _dispatch_part(idx, part: gl.constexpr, me, wait_ms, table, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
+                   K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
+                   T_MAX: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr):  # fmt: skip
+    """Consumer ``part``'s half of the slots of dispatch item ``idx`` (``persistent._dispatch_item`` with TMA_A,
+    no pull): their routing copied, their pairs placed at their layout positions (sorted_row, inv_pos) and
+    their A rows copied there (a_sorted), then counted landed in their M tiles."""
+    ROWS: gl.constexpr = DISPATCH_ROWS // PARTS
+    LANDED: gl.constexpr = COMB_DONE + 1 + E + 1  # sched's words at world 1, as moe_persistent's
+    BLOCKS: gl.constexpr = (T_MAX + DISPATCH_ROWS - 1) // DISPATCH_ROWS
+    # [slots, pairs, columns]: a row's 16-byte pieces over a warp, the slots over the warps (each row loaded once)
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 1, 32], [4, 1, 1], [2, 1, 0])
+    L: gl.constexpr = gl.SliceLayout(2, L3)
+    src = (me + idx // BLOCKS) % WORLD
+    slot0 = (idx % BLOCKS) * DISPATCH_ROWS + part * ROWS
+    sched = _buffer(table, SCHED, gl.int32)
+    zero = moe_wait_async(sched + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
+    n = gl.load(_buffer(table, RECV_N, gl.int32) + src + zero, cache_modifier=".cg")
+    if slot0 < n:
+        layout_ptr = _buffer(table, LAYOUT, gl.int32)
+        slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
+        live = slots < n
+        tok = gl.load(_peer(_buffer(table, SEND_IDX, gl.int32), src, gl.int32) + me * T_MAX + slots, mask=live, other=0,
+                      cache_modifier=".cg").to(gl.int64)  # fmt: skip
+        rows = (src * T_MAX + slots).to(gl.int64)
+        kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+        mk = live[:, None] & (kk[None, :] < K)
+        at = tok[:, None] * K + kk[None, :]
+        ids = gl.load(_peer(_buffer(table, IDS, gl.int32), src, gl.int32) + at, mask=mk, other=-1,
+                      cache_modifier=".cg")  # fmt: skip
+        wts = gl.load(_peer(_buffer(table, WTS, gl.float32), src, gl.float32) + at, mask=mk, other=0.0,
+                      cache_modifier=".cg")  # fmt: skip
+        e = ids - me * E_LOC
+        owned = mk & (e >= 0) & (e < E_LOC)
+        rank = gl.load(_peer(_buffer(table, RANK, gl.int32), src, gl.int32) + at, mask=owned, other=0,
+                       cache_modifier=".cg")  # fmt: skip
+        out = rows[:, None] * K + kk[None, :]
+        gl.store(_buffer(table, RECV_IDS, gl.int32) + out, ids, mask=mk)
+        gl.store(_buffer(table, RECV_W, gl.float32) + out, wts, mask=mk)
+        pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + src * EL_P2 + gl.where(owned, e, 0), cache_modifier=".cg") + rank
+        gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, (rows[:, None] + gl.zeros_like(kk)[None, :]).to(gl.int32),
+                 mask=owned)  # fmt: skip
+        gl.store(_buffer(table, INV_POS, gl.int32) + out, gl.where(owned, pos, -1), mask=mk)
+        a_src = _buffer(table, X_SYM, gl.float8e4nv)  # world 1: the quantized tokens are the received rows
+        a_sorted = _buffer(table, A_SORTED, gl.float8e4nv)
+        tile = _pair_tiles(layout_ptr, e, pos, owned, EL_P2)
+        cols = gl.arange(0, BLOCK_HA, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+        row_at = rows[:, None, None] * H + cols[None, None, :]  # [slots, 1, columns]: one load per row
+        pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
+        vals = gl.load(a_src + row_at, mask=live[:, None, None], cache_modifier=".cg")
+        for c in range(BLOCK_HA, H, BLOCK_HA):  # the next columns' loads in flight beside this step's stores
+            following = gl.load(a_src + row_at + c, mask=live[:, None, None], cache_modifier=".cg")
+            gl.store(a_sorted + pair_at + (c - BLOCK_HA), vals, mask=owned[:, :, None])  # a row to each of its pairs
+            vals = following
+        gl.store(a_sorted + pair_at + (H - BLOCK_HA), vals, mask=owned[:, :, None])
+        _barrier()  # the rows and pairs placed, by every thread, before the counts
+        gl.atomic_add(sched + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=owned, sem="release",
+                      scope="gpu")  # fmt: skip
+
+
+@gluon.jit
+def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, E: gl.constexpr,
+                  K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
+                  T_MAX: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
+                  N_DISPATCH: gl.constexpr):  # fmt: skip
+    """Combine item ``idx`` (``persistent._combine_item`` at world 1): once the L2 tiles of its rows' pairs are
+    done, each row's weighted sum of its pairs' y_pair into y."""
+    ROWS: gl.constexpr = COMBINE_ROWS
+    N2: gl.constexpr = H // (2 * QBLOCK)
+    L2_DONE: gl.constexpr = COMB_DONE + 1 + E + 1 + 2 * M_TILES  # sched's words at world 1, as moe_persistent's
+    BLOCKS: gl.constexpr = (T_MAX + COMBINE_ROWS - 1) // COMBINE_ROWS
+    # [rows, pairs, columns]: 16 bytes of a pair's row a thread, the pairs of a row within a warp
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 2, 16], [2, 1, 2], [2, 1, 0])
+    L: gl.constexpr = gl.SliceLayout(2, L3)
+    OUT: gl.constexpr = gl.SliceLayout(1, L3)
+    src = (me + 1 + idx // BLOCKS) % WORLD
+    slot0 = (idx % BLOCKS) * COMBINE_ROWS
+    sched = _buffer(table, SCHED, gl.int32)
+    zero = moe_wait_async(sched + DISPATCH_DONE, PARTS * N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
+    n = gl.load(_buffer(table, RECV_N, gl.int32) + src + zero, cache_modifier=".cg")
+    if slot0 < n:
+        slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
+        rows = (src * T_MAX + slots).to(gl.int64)
+        kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+        mk = (slots < n)[:, None] & (kk[None, :] < K)
+        at = rows[:, None] * K + kk[None, :]
+        pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg")
+        e = gl.load(_buffer(table, RECV_IDS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg") - me * E_LOC
+        tile = _pair_tiles(_buffer(table, LAYOUT, gl.int32), e, pos, pos >= 0, EL_P2)
+        moe_wait_async(sched + L2_DONE + tile, gl.where(pos >= 0, PARTS * N2, 0), WAIT_L2, me, wait_ms)
+        _barrier()  # every thread's waits before any thread's y_pair loads
+        w = gl.load(_buffer(table, RECV_W, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
+        y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
+        out_slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, OUT))
+        cols = gl.arange(0, BLOCK_HC, layout=gl.SliceLayout(0, OUT))
+        out = y_ptr + (src * T_MAX + out_slots).to(gl.int64)[:, None] * H + cols[None, :]
+        pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
+        v = gl.load(y_pair + pair_at, mask=(pos >= 0)[:, :, None], other=0.0, cache_modifier=".cg")
+        for h0 in range(BLOCK_HC, H, BLOCK_HC):  # the next columns' loads in flight beside this step's sums
+            following = gl.load(y_pair + pair_at + h0, mask=(pos >= 0)[:, :, None], other=0.0, cache_modifier=".cg")
+            acc = gl.sum(v.to(gl.float32) * w[:, :, None], axis=1)
+            gl.store(out + (h0 - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_slots < n)[:, None])
+            v = following
+        acc = gl.sum(v.to(gl.float32) * w[:, :, None], axis=1)
+        gl.store(out + (H - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_slots < n)[:, None])
+
+
+# ----------------------------------------------------------------------------- L1 and L2
+
+
+@gluon.jit
+def _h_out(gate, up, h_ptr, hs_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr):
+    """silu(gate) * up of a consumer's rows quantized per row (``kernels_fp8._quantize_rows``'s formula)
+    into h's 128 columns of N tile ``pid_n`` and its scale; rows past the expert's are not stored."""
+    v = gate * (1 / (1 + gl.exp(-gate))) * up
+    scale = gl.div_rn(gl.maximum(gl.max(gl.abs(v), axis=1), _AMAX_FLOOR), _FP8_MAX)
+    q = gl.minimum(gl.maximum(gl.div_rn(v, gl.expand_dims(scale, 1)), -_FP8_MAX), _FP8_MAX).to(gl.float8e4nv)
+    gl.store(hs_ptr + offs_m.to(gl.int64) * (INTER // QBLOCK) + pid_n, scale, mask=offs_m < row_end)
+    rows_16b: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])  # a row's 128 bytes: 8 threads
+    q = gl.convert_layout(q, rows_16b)
+    rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
+    cols = pid_n * QBLOCK + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
+    out = h_ptr + gl.expand_dims(rows.to(gl.int64) * INTER, 1) + gl.expand_dims(cols, 0)
+    gl.store(out, q, mask=gl.expand_dims(rows < row_end, 1))
+
+
+@gluon.jit
+def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
+    """A consumer's rows of an L2 tile (two 128-column blocks from ``col0``) into y_pair, 16 bytes per store
+    after a layout conversion; rows past the expert's (an expert's last, partial tile, whose further rows
+    are the next expert's) are not stored."""
+    rows_16b: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # a row's 256 bytes: 16 threads
+    rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
+    cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
+    out = y_pair + gl.expand_dims(rows.to(gl.int64) * H, 1) + gl.expand_dims(cols, 0)
+    keep = gl.expand_dims(rows < row_end, 1)
+    gl.store(out, gl.convert_layout(lo.to(gl.bfloat16), rows_16b), mask=keep)
+    gl.store(out + QBLOCK, gl.convert_layout(hi.to(gl.bfloat16), rows_16b), mask=keep)
+
+
+@gluon.jit
+def _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
+               E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
+               M_TILES: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, ROW0: gl.constexpr,
+               STAGES: gl.constexpr):  # fmt: skip
+    """Rows [ROW0, ROW0 + 64) of GEMM item ``item`` from the stages (``step`` on; returns the next step): L1,
+    SwiGLU and h quantized, counted in its M tile's L1 count; L2 into y_pair, counted in its L2 count."""
+    N1: gl.constexpr = INTER // QBLOCK
+    N2: gl.constexpr = H // (2 * QBLOCK)
+    KB1: gl.constexpr = H // QBLOCK
+    KB2: gl.constexpr = INTER // QBLOCK
+    L1_DONE: gl.constexpr = COMB_DONE + 1 + E + 1 + M_TILES  # sched's words at world 1, as moe_persistent's
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QBLOCK, 32])
+    layout_ptr = _buffer(table, LAYOUT, gl.int32)
+    n_mt = gl.load(layout_ptr, cache_modifier=".cg")  # the loader handed the item out once the layout was done
+    is_l2, pid_m, pid_n, expert, row0, row_end = _gemm_item(layout_ptr, item, n_mt, L1_START, L2_START, N1, N2,
+                                                            E_LOC, EL_P2, GROUP_M, 4)  # fmt: skip
+    hs_ptr = _buffer(table, H_SCALE, gl.float32)
+    done = _buffer(table, SCHED, gl.int32) + L1_DONE + is_l2.to(gl.int32) * M_TILES + pid_m  # L1's count, or L2's
+    # The item's first stage has landed: the loader has passed the item's wait, so what it waited for
+    # (the rows' positions and scales, h and its scales) is visible to this partition's loads too.
+    mbarrier.wait(ready.index(step % STAGES), (step // STAGES) & 1)
+    offs_m = row0 + ROW0 + gl.arange(0, CONSUMER_ROWS, layout=gl.SliceLayout(1, mma))
+    row_ok = offs_m < row_end
+    if is_l2:
+        lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
+        lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
+                               lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
+        _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
+    else:
+        rows = gl.load(_buffer(table, SORTED_ROW, gl.int32) + offs_m, mask=row_ok, other=0,
+                       cache_modifier=".cg").to(gl.int64)  # fmt: skip
+        gate_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1  # gate's scales, then up's
+        gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty,
+                                 _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row, gate_row + KB1,
+                                 KB1, step, ROW0, STAGES, mma)  # fmt: skip
+        _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), hs_ptr, offs_m, row_end, pid_n, INTER)
+    _release(done)
+    return step
+
+
+# ----------------------------------------------------------------------------- the consumers and the kernel
+
+
+@gluon.jit
+def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr,
+              x_ptr, y_ptr, table, T, me, epoch, wait_ms, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
+              E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
+              EL_P2: gl.constexpr, T_MAX: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
+              ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr,
+              COMBINE_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
+              LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
+              L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
+              TRACE: gl.constexpr):  # fmt: skip
+    """Consumer ``part`` (0 or 1): its half of each item the loader hands this program, in that order; the plan
+    and the layout item in the first consumer alone (TRACE, the first consumer: when it took each item,
+    when it finished it and its SM, in the item's trace row)."""
+    WORLD: gl.constexpr = 1
+    step = 0
+    taken = 0
+    item = _receive(items, item_full, item_free, taken)
+    while item < item_end:
+        if TRACE and part == 0:
+            started = _globaltimer()
+        if item < PLAN_START:
+            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS)
+            _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
+        elif item < LAYOUT_START:
+            if part == 0:
+                _plan_item(item - PLAN_START, me, epoch, wait_ms, table, E, E_LOC, EL_P2, PLAN_START)
+        elif item < DISPATCH_START:
+            if part == 0:
+                _layout_item(me, epoch, wait_ms, table, E_LOC, EL_P2, WORLD, 1)
+        elif item < L1_START:
+            _dispatch_part(item - DISPATCH_START, part, me, wait_ms, table, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
+                           DISPATCH_ROWS, BLOCK_HA)  # fmt: skip
+            _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
+        elif item < COMBINE_START:
+            step = _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, E, E_LOC, EL_P2,
+                              GROUP_M, M_TILES, L1_START, L2_START, part * CONSUMER_ROWS, STAGES)  # fmt: skip
+        elif part == 0:  # in the second consumer too, ptxas ran out of registers for the GEMMs' wgmma
+            _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
+                          M_TILES, COMBINE_ROWS, BLOCK_HC, L1_START - DISPATCH_START)  # fmt: skip
+        if TRACE and part == 0:
+            _trace_item(trace_ptr + item * TRACE_WORDS, started)
+        taken += 1
+        item = _receive(items, item_full, item_free, taken)
+
+
+@gluon.jit(do_not_specialize=["T", "me", "wait_ms", "item_begin", "item_end"])
+def moe_persistent_gluon(
+    logits_ptr, x_ptr, y_ptr, table, epoch_ptr, a_desc, h_desc, w1_desc, w2_desc, T, me, wait_ms, item_begin,
+    item_end, trace_ptr,
+    H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
+    E_LOC: gl.constexpr, EL_P2: gl.constexpr, T_MAX: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
+    ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+    BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
+    DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
+    N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
+):  # fmt: skip
+    """One fp8 call of the layer at world 1 on this rank: items [item_begin, item_end) of the persistent
+    schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program of 4 warps
+    (the first consumer; the second and the loader, 1 warp, are worker partitions with CONSUMER_REGS and
+    LOADER_REGS registers per thread). ``table``: the addresses of the buffers of :data:`BUFFER_TABLE` (int64);
+    logits, x and y change from call to call and are arguments. ``a_desc`` (a_sorted), ``h_desc``, ``w1_desc``
+    (interleaved gate / up blocks, ``persistent_launch.persistent_weights``), ``w2_desc``: [128, 128] e4m3
+    descriptors. H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). TRACE: each item's row of
+    ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. The last program to leave zeroes ``sched``
+    and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, QBLOCK], a_desc.layout)
+    lo_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, QBLOCK], w1_desc.layout)
+    hi_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, QBLOCK], w1_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
+    items = gl.allocate_shared_memory(gl.int32, [RING, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    item_full = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+    item_free = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(RING):
+        mbarrier.init(item_full.index(i), count=1)
+        mbarrier.init(item_free.index(i), count=2)
+    epoch = gl.load(epoch_ptr) + 1  # this call's; the last program stores it (item_end == N_ITEMS)
+    gl.warp_specialize([
+        (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
+                     table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
+                     T_MAX, GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
+                     BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
+                     TRACE)),
+        (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
+                     table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
+                     T_MAX, GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
+                     BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
+                     TRACE)),
+        (_loader, (a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
+                   item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, E, E_LOC, EL_P2, GROUP_M,
+                   M_TILES, L1_START, L2_START, COMBINE_START, STAGES, TRACE)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
+    # Every partition of this program is done (warp_specialize joins them): count the program out
+    sched_ptr = _buffer(table, SCHED, gl.int32)
+    if gl.atomic_add(sched_ptr + EXITED, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:
+        s = gl.arange(0, SCHED_P2, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        gl.store(sched_ptr + s, gl.zeros_like(s), mask=s < SCHED_WORDS)  # every other program has left
+        if item_end == N_ITEMS:
+            gl.store(epoch_ptr, epoch)
