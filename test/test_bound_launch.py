@@ -74,12 +74,12 @@ def test_every_megamoe_launch_binds_with_its_per_call_arguments_varying():
     """What MegaMoE._launch binds: each kernel of both impls, bf16 and fp8, world 1 and 2, with x, logits,
     y and T varying; a call with other tensors and another T gives the binder's arguments."""
     from tutorials.megamoe import aot
-    from tutorials.megamoe.megamoe import PER_CALL_KEYS, meta_bindings
+    from tutorials.megamoe.megamoe import PER_CALL_KEYS
 
     for cfg, launch in aot.all_launches():
         kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
         names = [name for name, key in launch.params if key in PER_CALL_KEYS]
-        first = meta_bindings(cfg)
+        first = aot.launch_bindings(launch, cfg)
         bound = BoundArguments(launch.fn, launch.arguments(first), kwargs, names, BACKEND)
         call = {**first, "x": meta(*first["x"].shape), "y": meta(*first["y"].shape),
                 "logits": meta(*first["logits"].shape, dtype=torch.float32), "T": 17}  # fmt: skip

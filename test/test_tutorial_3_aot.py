@@ -19,7 +19,6 @@ from triton.backends.compiler import GPUTarget
 from tutorials.common.aot import launch_source
 from tutorials.megamoe import aot
 from tutorials.megamoe.launch import barrier_launch
-from tutorials.megamoe.megamoe import meta_bindings
 
 KERNELS = aot.kernels()
 FP8_GEMMS = ("moe_l1_swiglu_fp8", "moe_l2_fp8")
@@ -79,6 +78,7 @@ def test_every_kernel_listed():
         "moe_barrier",
         "moe_persistent",
         "moe_persistent_fp8",
+        "moe_persistent_gluon",
     ]
 
 
@@ -208,7 +208,7 @@ def test_kernels_do_not_specialise_on_the_integers_of_a_call():
         preloaded = aot.ast_source(launch, cfg)
         for ints in ({"T": 1, "me": 1, "W": 1, "wait_ms": 1, "item_begin": 1, "item_end": 1},
                      {"T": 48, "me": 16, "W": 32, "wait_ms": 32000, "item_begin": 16, "item_end": 4096}):  # fmt: skip
-            bindings = {**meta_bindings(cfg), **ints}
+            bindings = {**aot.launch_bindings(launch, cfg), **ints}
             source, _ = launch_source(launch.fn, *launch.arguments(bindings), **launch.constexprs)
             assert (source.signature, source.constants, source.attrs) == (
                 preloaded.signature, preloaded.constants, preloaded.attrs), (launch.name, ints)
@@ -279,37 +279,31 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
         assert len(beside) >= 64 * 128 // 128 - 2, following
 
 
-def test_gluon_gemm_items_compile_with_tma_stages_and_inlined_waits(tmp_path):
-    """``gluon_gemm_items.moe_gemm_items`` (the persistent fp8 call's L1 and L2 items in Gluon) compiles for
-    sm_90 at the production shape with four stages: fp8 wgmma from the stages, registers reallocated per
-    partition, shared memory within an SM's, the raw bounded wait inlined (no raw function left), no
-    wgmma serialized and no wait added by ptxas (C75xx); each consumer's two K loops (L1's, L2's) wait
-    three times per two K blocks with one wgmma in flight. In the K loops ptxas reloads at most one word
-    from the stack (Triton 3.6's keeps the shared memory base there across the partitions' register
-    reallocation), and nothing else."""
-    from conftest import aot, assert_raw_inlined, ptxas_report, sass
-    from triton.experimental.gluon import language as gl
+def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(tmp_path):
+    """``gluon_persistent.moe_persistent_gluon`` (the fp8 call at world 1 in Gluon), as the layer launches it,
+    compiles for sm_90 with four stages: fp8 wgmma from the stages, registers reallocated per partition,
+    shared memory within an SM's, the raw bounded waits and signal inlined (no raw function left), no
+    wgmma serialized and no wait added by ptxas (C75xx); each consumer's two K loops (L1's, L2's) wait three
+    times per two K blocks with one wgmma in flight. In the K loops ptxas reloads at most one word from the
+    stack (the shared memory base, kept there across the partitions' register reallocation), and nothing
+    else: the buffers' addresses come from a table where they are used, so no consumer holds them."""
+    from conftest import assert_raw_inlined, ptxas_report, sass
 
-    from tutorials.megamoe.gluon_gemm_items import moe_gemm_items
-
-    fp8 = f"tensordesc<fp8e4nv[128, 128],{gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)!r}>"
-    signature = {"a_desc": fp8, "h_desc": fp8, "w1_desc": fp8, "w2_desc": fp8, "layout_ptr": "*i32",
-                 "landed_ptr": "*i32", "counters_ptr": "*i32", "sorted_row": "*i32", "a_scale": "*fp32",
-                 "h_ptr": "*fp8e4nv", "hs_ptr": "*fp32", "y_pair": "*bf16", "w1s_ptr": "*fp32", "w2s_ptr": "*fp32",
-                 "me": "i32", "wait_ms": "i32", "trace_ptr": "*i64"}  # fmt: skip
-    constexprs = {"H": 4096, "INTER": 1536, "E_LOC": 16, "EL_P2": 16, "GROUP_M": 8, "M_TILES": 48, "STAGES": 4,
-                  "CONSUMER_REGS": 232, "LOADER_REGS": 40, "TRACE": False}  # fmt: skip
-    compiled = aot(moe_gemm_items, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
+    cfg = aot.REPRESENTATIVES[2]
+    (launch,) = [launch for c, launch in aot.all_launches() if launch.name == "moe_persistent_gluon"]
+    compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32),
+                              options=aot.options_for(launch.name))  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert_raw_inlined(compiled)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
+    assert "st.release.sys.b64" in ptx and "nanosleep" in ptx, "the plan flag's signal; the gentle polls"
     assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
     assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
     code = sass(compiled.asm["cubin"], tmp_path)
     assert len(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", code)) == 2 * 2 * 3
     spills = wgmma_loop_spills(code.splitlines())
-    assert all(re.search(r"\bLDL R\d+, \[R1\] ;", line) for line in spills), spills
+    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
 
 
 def test_spills_count_only_inside_the_loops_that_run_wgmma():

@@ -24,6 +24,7 @@ from tutorials.megamoe.persistent_launch import (
     PersistentConfig,
     choose_persistent,
     persistent_buffers,
+    persistent_config,
     persistent_launch,
     persistent_weights,
     schedule,
@@ -98,7 +99,7 @@ def test_schedule_regions_and_slices():
 @pytest.mark.parametrize("world", [1, 2])
 def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     cfg = dataclasses.replace(PRODUCTION, num_experts=16 * world, world=world, precision=precision)
-    pc = choose_persistent(cfg)
+    pc = choose_persistent(cfg)  # the Triton kernel (the Gluon one: the next test)
     launch = persistent_launch(cfg, pc, 66)
     assert launch.grid == (66,) and launch.num_warps == pc.num_warps and launch.num_stages == pc.num_stages
     assert launch.name == ("moe_persistent_fp8" if precision == "fp8" else "moe_persistent")
@@ -122,7 +123,7 @@ def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     assert keys["staging"] == ("y" if world == 1 else "staging")
     assert keys["a_src"] == ("recv_x" if world > 1 else "x_sym" if precision == "fp8" else "x")
     assert (launch.constexprs["PULL"], launch.constexprs["PUSH"]) == (world > 1, world > 1)
-    bound = meta_bindings(cfg)  # what the layer binds, on meta tensors
+    bound = meta_bindings(cfg, pc)  # what the layer binds, on meta tensors
     w1, w2 = (bound[keys[p]] for p in ("w1_op", "w2_op"))
     if precision == "fp8":  # a box per scale block; A rows in pair order through TMA too
         assert (w1.block_shape, w2.block_shape) == ([128, 128], [128, 128]) and w1.base.dtype == torch.float8_e4m3fn
@@ -150,6 +151,59 @@ def test_fp8_weights_put_each_gate_block_next_to_its_up_block():
             assert torch.equal(woven["w1s"][e, j, 0], plain["w1s"][e, j])
             assert torch.equal(woven["w1s"][e, j, 1], plain["w1s"][e, 3 + j])
     assert woven["w2q"] is plain["w2q"] and persistent_weights(MoEConfig(256, 384, 2, 1, 8), plain) is plain
+
+
+def test_gluon_launch_binds_the_buffer_table_in_order():
+    """The Gluon kernel's launch passes its parameters in the kernel's order (the layer passes them by
+    position); ``buffer_table`` holds the address of each buffer of ``BUFFER_TABLE``, every one a buffer or
+    weight of the layer, in that order; its descriptors are Gluon's, [128, 128] e4m3 boxes."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from tutorials.megamoe.gluon_persistent import BUFFER_TABLE, moe_persistent_gluon
+    from tutorials.megamoe.persistent_launch import call_extras
+
+    cfg = MoEConfig(256, 256, 2, 1, 256, precision="fp8")  # 128 pairs per expert: 128-row tiles, the Gluon kernel
+    pc = choose_persistent(cfg, gluon=True)
+    launch = persistent_launch(cfg, pc, 66)
+    assert (launch.name, launch.grid, launch.num_warps) == ("moe_persistent_gluon", (66,), 4)
+    runtime = [p for p, _ in launch.params]
+    assert runtime == moe_persistent_gluon.arg_names[: len(runtime)]
+    assert set(moe_persistent_gluon.arg_names) == set(runtime) | set(launch.constexprs)
+    assert launch.constexprs["STAGES"] == pc.num_stages == 4
+    sym, local = persistent_buffers(cfg, pc)
+    specs = [*cfg.symmetric_buffers(), *cfg.local_buffers(), *sym, *local]
+    buffers = {n: torch.zeros(shape, dtype=getattr(torch, d)) for n, shape, d in specs}
+    weights = persistent_weights(cfg, {"w1q": torch.zeros(2, 512, 256, dtype=torch.float8_e4m3fn),
+                                       "w1s": torch.zeros(2, 4, 2), "w2q": torch.zeros(2, 256, 256,
+                                       dtype=torch.float8_e4m3fn), "w2s": torch.zeros(2, 2, 2)})  # fmt: skip
+    extras = call_extras(cfg, pc, {**buffers, **weights})
+    everything = {**buffers, **weights}
+    assert extras["buffer_table"].tolist() == [everything[key].data_ptr() for key in BUFFER_TABLE]
+    for key in ("a_desc", "h_desc", "w1_desc", "w2_desc"):
+        assert isinstance(extras[key], TensorDescriptor) and list(extras[key].block_shape) == [128, 128]
+    assert meta_bindings(cfg, pc)["buffer_table"].shape == (len(BUFFER_TABLE),)
+    shifted = {**everything, "y_pair": torch.zeros(1 + everything["y_pair"].numel(), dtype=torch.bfloat16)[1:]}
+    with pytest.raises(ValueError, match="buffer 'y_pair' at 0x[0-9a-f]+ is not 16-byte aligned"):
+        call_extras(cfg, pc, shifted)
+
+
+@pytest.mark.parametrize(("cfg", "knobs", "rule"), [
+    (MoEConfig(4096, 1536, 32, 8, 512, world=2, precision="fp8"), {}, "runs fp8 at world 1 .*got fp8, world 2"),
+    (PRODUCTION, {"block_n1": 128, "block_k": 128}, "runs fp8 at world 1 .*got bf16"),
+    (MoEConfig(384, 1536, 16, 8, 512, precision="fp8"), {"block_n2": 128}, "hidden 384"),
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 5}, "2 to 4 stages .*num_stages=5"),
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 1}, "2 to 4 stages .*num_stages=1"),
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"block_m": 64}, "needs block_m=128.*got block_m=64"),
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"tma_a": False}, "tma_a=False"),
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
+])  # fmt: skip
+def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
+    """``gluon`` names its rule (fp8, world 1, H and I multiples of 256; 128-row tiles, 256-column L2 tiles,
+    every GEMM operand through TMA, 2 to 4 stages of 48 KB) before anything is built, rather than failing in
+    the compiler's shared-memory allocation or reading past a K loop."""
+    pc = dataclasses.replace(choose_persistent(cfg), gluon=True, **knobs)
+    with pytest.raises(ValueError, match=rule):
+        persistent_launch(cfg, pc, 132)
 
 
 def test_knobs_that_cannot_run_are_refused_naming_the_knob():
@@ -188,6 +242,14 @@ def test_default_knobs():
     fp8 = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"))
     assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (128, 128, 256, 128, 4)
     assert fp8.route_tokens == 16 and fp8.tma_a
+    assert (fp8.gluon, fp8.dispatch_rows, fp8.combine_rows) == (False, 8, 4)
+    # asked for, the Gluon kernel where it runs (fp8 at world 1), with smaller dispatch and combine items
+    fp8_gluon = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"), gluon=True)
+    assert (fp8_gluon.gluon, fp8_gluon.dispatch_rows, fp8_gluon.combine_rows) == (True, 4, 2)
+    assert not choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8", num_experts=32, world=2),
+                                 gluon=True).gluon  # fmt: skip
+    assert not choose_persistent(PRODUCTION, gluon=True).gluon, "bf16 has no Gluon kernel"
+    assert persistent_config(dataclasses.replace(PRODUCTION, precision="fp8"), {"gluon": True}) == fp8_gluon
     fp8_small = choose_persistent(MoEConfig(256, 256, 4, 4, 33, precision="fp8"))
     assert (fp8_small.block_m, fp8_small.num_stages, fp8_small.tma_a) == (64, 3, False)
 

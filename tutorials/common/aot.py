@@ -29,9 +29,10 @@ SM90 = GPUTarget("cuda", 90, 32)
 
 
 def launch_source(fn: Any, *args: Any, **kwargs: Any) -> tuple[ASTSource, dict[str, Any]]:
-    """(source, launch options) of launching the ``@triton.jit`` function ``fn`` with ``args`` and
-    ``kwargs`` (constexprs by name, and launch options) on an sm_90 GPU."""
+    """(source, launch options) of launching the ``@triton.jit`` or ``@gluon.jit`` function ``fn`` with
+    ``args`` and ``kwargs`` (constexprs by name, and launch options) on an sm_90 GPU."""
     from triton.compiler import make_backend
+    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import create_function_from_signature
 
     backend = make_backend(SM90)
@@ -39,7 +40,7 @@ def launch_source(fn: Any, *args: Any, **kwargs: Any) -> tuple[ASTSource, dict[s
     bound, specialization, _ = bind(*args, **kwargs)
     _, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, None)
     options = {name: value for name, value in kwargs.items() if name not in signature}
-    return ASTSource(fn, signature, constexprs, attrs), options
+    return (GluonASTSource if fn.is_gluon() else ASTSource)(fn, signature, constexprs, attrs), options
 
 
 def compile_tutorial(tutorial: str) -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@ multi-rank code paths are the ones compiled): H=4096, I=1536, E=32 (16 local), t
 tokens per rank, with the tiles the layer picks for it, in bf16 (with L1 and L2 also as one
 persistent launch, ``moe_gemms``) and then fp8 (the kernels both precisions share are listed once),
 then the barrier between the phases of a call (``moe_barrier``, world > 1), then each precision's one
-launch of ``impl="persistent"`` (``moe_persistent``, ``moe_persistent_fp8``) with its default knobs. ``python -m
+launch of ``impl="persistent"`` (``moe_persistent``, ``moe_persistent_fp8``) with its default knobs, and the
+same fp8 load at world 1, whose persistent launch is the Gluon kernel (``moe_persistent_gluon``). ``python -m
 tutorials.megamoe.aot`` compiles them all for sm_90 and prints a table. Each source is the
 launch with the layer's bindings on meta tensors (``megamoe.meta_bindings``), made an ``ASTSource``
 by :func:`tutorials.common.aot.launch_source`.
@@ -26,8 +27,10 @@ from .megamoe import meta_bindings
 from .persistent_launch import PersistentConfig, choose_persistent, persistent_launch
 
 REPRESENTATIVE = MoEConfig(hidden=4096, intermediate=1536, num_experts=32, top_k=8, max_tokens=512, world=2)
-REPRESENTATIVES = (REPRESENTATIVE, dataclasses.replace(REPRESENTATIVE, precision="fp8"))
+REPRESENTATIVES = (REPRESENTATIVE, dataclasses.replace(REPRESENTATIVE, precision="fp8"),
+                   dataclasses.replace(REPRESENTATIVE, precision="fp8", world=1))  # fmt: skip
 PERSISTENT_PROGRAMS = 132  # the H200's SMs; the persistent kernels' code does not depend on their program count
+GLUON_LAUNCH = "moe_persistent_gluon"  # persistent_launch's name for the Gluon kernel
 
 
 def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[MoEConfig, KernelLaunch]]:
@@ -48,13 +51,25 @@ def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple
             for launch in launches(cfg, variant, cfg.max_tokens):
                 by_name.setdefault(launch.name, (cfg, launch))
     barriers = [(cfg, barrier_launch(cfg)) for cfg in configs if cfg.world > 1]
-    persistent = [(cfg, persistent_launch(cfg, choose_persistent(cfg), PERSISTENT_PROGRAMS)) for cfg in configs]
-    return list(by_name.values()) + barriers[:1] + persistent
+    persistent: dict[str, tuple[MoEConfig, KernelLaunch]] = {}
+    for cfg in configs:
+        for gluon in (False, True):  # the Gluon kernel where it runs (fp8 at world 1)
+            launch = persistent_launch(cfg, choose_persistent(cfg, gluon=gluon), PERSISTENT_PROGRAMS)
+            persistent.setdefault(launch.name, (cfg, launch))
+    return list(by_name.values()) + barriers[:1] + list(persistent.values())
 
 
 def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str, ASTSource]]:
     """(name, ASTSource) for every kernel of one layer call of each config."""
     return [(launch.name, ast_source(launch, cfg)) for cfg, launch in all_launches(configs)]
+
+
+def launch_bindings(launch: KernelLaunch, cfg: MoEConfig, persistent: PersistentConfig | None = None) -> dict:
+    """:func:`megamoe.meta_bindings` of ``launch`` in a layer of ``cfg``: with the knobs ``persistent``, default
+    the layer's, or the Gluon kernel's for its launch."""
+    if persistent is None and launch.name == GLUON_LAUNCH:
+        persistent = choose_persistent(cfg, gluon=True)
+    return meta_bindings(cfg, persistent)
 
 
 def ast_source(launch: KernelLaunch, cfg: MoEConfig, persistent: PersistentConfig | None = None) -> ASTSource:
@@ -63,8 +78,9 @@ def ast_source(launch: KernelLaunch, cfg: MoEConfig, persistent: PersistentConfi
     (every pointer 16-byte aligned, as torch's and NVSHMEM's allocations are): without the alignment
     Triton could not use 16-byte and asynchronous copies, the GEMMs would not be software-pipelined, and
     the compiled code would not be the code that runs."""
-    source, _ = launch_source(launch.fn, *launch.arguments(meta_bindings(cfg, persistent)), **launch.constexprs,
-                              num_warps=launch.num_warps, num_stages=launch.num_stages)  # fmt: skip
+    bindings = launch_bindings(launch, cfg, persistent)
+    source, _ = launch_source(launch.fn, *launch.arguments(bindings), **launch.constexprs, num_warps=launch.num_warps,
+                              num_stages=launch.num_stages)  # fmt: skip
     return source
 
 

@@ -1,34 +1,42 @@
 """The persistent fp8 call at world 1 as one warp-specialized Gluon kernel: ``persistent.moe_persistent``'s
 work items (route, plan, layout, dispatch, L1, L2, combine) with its counters, layout and trace, and its
-GEMM items on ``gluon_scaled_tiles``' loader and consumers.
+GEMM items on ``gluon_scaled_tiles``' loader and consumers (``PersistentConfig.gluon``).
 
 Per program, three partitions::
 
-    loader (1 warp):  takes the next item from ``sched[NEXT]`` and hands it to the consumers (a ring of two
-                      slots in shared memory); an L1 / L2 item past the call's M tiles moves the counter to
-                      the next region instead (the layout known: it waits for it once). For an L1 item it
-                      waits until its M tile's rows have landed, for an L2 item until its M tile's L1 tiles
-                      are done, then loads every K block of A rows, B lo, B hi into the stages
-    consumer c (4 warps): half of every item: route and dispatch the c-th half of the item's tokens or
-                      slots, combine the c-th half of its rows, L1 / L2 rows 64c .. 64c + 63 of the tile
-                      (once the item's first stage has landed: the loader's wait is behind it); the plan
-                      and the layout items run in the first consumer alone
+    loader (1 warp):  takes the next item from ``sched[NEXT]`` once the consumers have taken up the last
+                      one (a ring of one slot in shared memory: an item waits in a program behind at most
+                      one other, as in the Triton kernel) and hands it to them; an L1 / L2 item past the
+                      call's M tiles moves the counter to the next region instead (it waits for the layout
+                      once). For an L1 item it then waits until its M tile's rows have landed, for an L2
+                      item until its M tile's L1 tiles are done, and loads every K block of A rows, B lo,
+                      B hi into the stages
+    consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
+                      landed: the loader's wait is behind it); the c-th half of each route item's tokens;
+                      the plan, layout, dispatch and combine items in the first consumer alone
 
 The math is the Triton kernel's: top-k with ties to the lower id, x quantized per token and 128 columns
 with IEEE division (the same e4m3 bits and scales), the block-scaled K loop of ``gluon_scaled_tiles``,
 SwiGLU and h quantized per pair and 128 columns, y_pair in bf16 and each token's weighted sum of its pairs.
 The counters are ``persistent.moe_persistent``'s words of ``sched`` and ``layout``, except that the route,
-dispatch, L1 and L2 items count once per consumer (a consumer finishes its half without waiting for the
-other's), so their waits expect twice the items.
+L1 and L2 items count once per consumer (each finishes its half without waiting for the other's), so
+their waits expect twice the items.
+
+The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
+16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
+loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
+wgmmas). The combine items stay in the first consumer for that reason too: in both, ptxas serialized them.
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
 earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
 the loader waits only for a GEMM item's operands (items taken before it) after handing it out, and takes
 its next item only once every K block of the last is loaded, so the consumers never wait on a loader that
-waits on them. Waits are bounded (``moe_wait_async``, ``moe_wait_flag_async``): a count
-that does not fill within ``wait_ms`` reports and traps. They synchronize one partition (each thread
-acquires for itself; a partition barrier where the partition's threads share what one read), never the CTA:
-a CTA barrier would wait for the other partitions. The raw ``moe_signal_async`` likewise.
+waits on them. Waits are bounded (``moe_wait_async``, ``moe_wait_flag_async``): a count that does not
+fill within ``wait_ms`` reports and traps. They synchronize one partition (each thread acquires for
+itself, then a partition barrier where the partition's threads share what one read), never the CTA: a CTA
+barrier would wait for the other partitions. The raw ``moe_signal_async`` likewise. They poll with
+volatile loads 100 ns apart and fence once, not with an acquire load per spin, so that a waiting partition
+takes few issue slots and memory requests from the working ones on its SM.
 
 World 1 only: the pulls and pushes between ranks (``moe_pull``, ``moe_push``) end and start with CTA
 barriers, so their items stay in the Triton kernel (``persistent_launch`` refuses ``gluon`` at world > 1).
@@ -68,15 +76,13 @@ from .quant import AMAX_FLOOR, FP8_MAX
 
 QBLOCK = gl.constexpr(128)  # the fp8 scale block: a K step, an L1 tile's gate (or up) columns
 RING = gl.constexpr(1)  # items handed out and not yet taken up by the consumers (see _take)
-PARTS = gl.constexpr(2)  # consumers: each counts its half of a route, dispatch, L1 or L2 item
+PARTS = gl.constexpr(2)  # consumers: each counts its half of a route, L1 or L2 item
 _FP8_MAX = gl.constexpr(FP8_MAX)
 _AMAX_FLOOR = gl.constexpr(AMAX_FLOOR)
 # A partition's CTA barrier (its own warps only inside warp_specialize): `thread_barrier` in Triton 3.6
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
-# The call's buffers by binding key, in the order of the table of their addresses the kernel takes
-# (``persistent_launch`` builds it once per layer): each partition loads a buffer's address where it uses it,
-# so the second consumer holds one pointer across its item loop, not twenty (twenty left ptxas too few
-# registers for its accumulators and it serialized the wgmmas).
+# The call's buffers by binding key, in the order of the kernel's table of their addresses (module
+# docstring; ``persistent_launch.call_extras`` builds it once per layer)
 BUFFER_TABLE = (
     "x_sym", "x_scale", "topk_ids", "topk_w", "pair_rank", "slot", "send_idx", "send_count", "send_pairs",
     "plan_flag", "recv_ids", "recv_w", "recv_n", "layout", "sorted_row", "inv_pos", "a_sorted", "h", "h_scale",
@@ -122,8 +128,11 @@ def _release(counter):
 
 @gluon.jit
 def _buffer(table, index: gl.constexpr, dtype: gl.constexpr):
-    """The address of buffer ``BUFFER_TABLE[index]`` as a pointer to ``dtype``."""
-    return gl.load(table + index).to(gl.pointer_type(dtype))
+    """The address of buffer ``BUFFER_TABLE[index]`` as a pointer to ``dtype``, 16-byte aligned as torch's and
+    NVSHMEM's allocations are (said, since an address read from memory tells the compiler nothing: rows
+    moved a byte at a time without it)."""
+    ptr = gl.load(table + index).to(gl.pointer_type(dtype))
+    return gl.multiple_of(ptr, 16)
 
 
 @gluon.jit
@@ -335,8 +344,7 @@ def _quantize_step(v, x_sym, xs_sym, offs, ok, scale_at, row_ok):
 def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
     """Columns [c0, c0 + COLS) of x's tokens [t0, t0 + ROWS) (those below T) quantized per 128 columns into
     x_sym and xs_sym (``kernels_fp8._quantize_cols``), two blocks a step with the next step's loads in
-    flight: the kernel's code stays small (every block in one step, unrolled, made each route item fetch
-    its instructions for longer than it ran)."""
+    flight (H200, 16-token items of 1024 columns: 24.5 us each with all eight blocks in one step, 16.6 so)."""
     STEP: gl.constexpr = 2 if COLS >= 2 * QBLOCK else 1  # blocks per step
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [2, 1, 16], [2, 2, 1], [2, 1, 0])  # 16 bytes of bf16 a thread
     L2: gl.constexpr = gl.SliceLayout(2, L3)
@@ -447,20 +455,20 @@ def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.const
 
 
 @gluon.jit
-def _dispatch_part(idx, part: gl.constexpr, me, wait_ms, table, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
+def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
                    K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
                    T_MAX: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr):  # fmt: skip
-    """Consumer ``part``'s half of the slots of dispatch item ``idx`` (``persistent._dispatch_item`` with TMA_A,
-    no pull): their routing copied, their pairs placed at their layout positions (sorted_row, inv_pos) and
-    their A rows copied there (a_sorted), then counted landed in their M tiles."""
-    ROWS: gl.constexpr = DISPATCH_ROWS // PARTS
+    """Dispatch item ``idx`` (``persistent._dispatch_item`` with TMA_A, no pull): its slots' routing copied,
+    their pairs placed at their layout positions (sorted_row, inv_pos) and their A rows copied there
+    (a_sorted), then counted landed in their M tiles."""
+    ROWS: gl.constexpr = DISPATCH_ROWS
     LANDED: gl.constexpr = COMB_DONE + 1 + E + 1  # sched's words at world 1, as moe_persistent's
     BLOCKS: gl.constexpr = (T_MAX + DISPATCH_ROWS - 1) // DISPATCH_ROWS
     # [slots, pairs, columns]: a row's 16-byte pieces over a warp, the slots over the warps (each row loaded once)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 1, 32], [4, 1, 1], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
     src = (me + idx // BLOCKS) % WORLD
-    slot0 = (idx % BLOCKS) * DISPATCH_ROWS + part * ROWS
+    slot0 = (idx % BLOCKS) * DISPATCH_ROWS
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
     n = gl.load(_buffer(table, RECV_N, gl.int32) + src + zero, cache_modifier=".cg")
@@ -524,7 +532,7 @@ def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, E: gl.constex
     src = (me + 1 + idx // BLOCKS) % WORLD
     slot0 = (idx % BLOCKS) * COMBINE_ROWS
     sched = _buffer(table, SCHED, gl.int32)
-    zero = moe_wait_async(sched + DISPATCH_DONE, PARTS * N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
+    zero = moe_wait_async(sched + DISPATCH_DONE, N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
     n = gl.load(_buffer(table, RECV_N, gl.int32) + src + zero, cache_modifier=".cg")
     if slot0 < n:
         slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
@@ -660,9 +668,10 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             if part == 0:
                 _layout_item(me, epoch, wait_ms, table, E_LOC, EL_P2, WORLD, 1)
         elif item < L1_START:
-            _dispatch_part(item - DISPATCH_START, part, me, wait_ms, table, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
-                           DISPATCH_ROWS, BLOCK_HA)  # fmt: skip
-            _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
+            if part == 0:  # as measured; split between the consumers it has not been timed
+                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
+                               DISPATCH_ROWS, BLOCK_HA)  # fmt: skip
+                _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
         elif item < COMBINE_START:
             step = _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, E, E_LOC, EL_P2,
                               GROUP_M, M_TILES, L1_START, L2_START, part * CONSUMER_ROWS, STAGES)  # fmt: skip

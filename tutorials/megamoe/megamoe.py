@@ -61,7 +61,9 @@ from .persistent_launch import (
     PersistentConfig,
     call_extras,
     choose_persistent,
+    knob_overrides,
     persistent_buffers,
+    persistent_config,
     persistent_launch,
     persistent_weights,
 )
@@ -208,9 +210,9 @@ class MegaMoE:
             rt.peer(self.sym["comb"], pe)  # raises naming the PE when it is not load/store reachable
         dev = w1.device
         self.local = {n: torch.zeros(s, dtype=TORCH_DTYPES[d], device=dev) for n, s, d in local_specs}
-        # persistent: the descriptors over the weights and h, and the whole call's items
-        self._extras = {} if self.persistent is None else call_extras(self.cfg, self.persistent,
-                                                                       {**self.weights, **self.local})  # fmt: skip
+        # persistent: the descriptors over the weights and h, the whole call's items (Gluon: the buffers' table)
+        buffers = {**self.weights, **self.sym, **self.local}
+        self._extras = {} if self.persistent is None else call_extras(self.cfg, self.persistent, buffers)
         self._layer_bindings: dict[str, object] | None = None  # _bindings'
         self.closed = False
         self.handle = op_registry.register(self)  # what torch_op's custom op takes to reach this layer
@@ -488,13 +490,14 @@ def check_case(
     precision: str = "bf16",
     gemm_programs: int = 0,
     impl: str = "launches",
+    knobs: dict | None = None,
 ) -> dict:
     """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row.
 
     ``gemm_programs``: as MegaMoE's; the work counters of the persistent launch must be back at zero
     after every call. ``impl``: as MegaMoE's; "persistent" also gives the last rank no tokens in the
     second call (world > 1) and checks after every call that the kernel's counters are back at zero and
-    its epoch and every flag count the calls.
+    its epoch and every flag count the calls; ``knobs`` override :func:`choose_persistent`'s fields.
 
     bf16: against the float32 reference (TOL_NORM, TOL_ROW). fp8: weights and tokens scaled by
     :func:`block_gains`; the quantized tokens must equal ``quant.quantize_rows`` bit for bit and
@@ -518,14 +521,18 @@ def check_case(
     e_loc = e // world
     row = {
         "H": h, "I": i, "E": e, "top_k": k, "tokens": t_max, "world": world, "skewed": skewed, "rank": me,
-        "precision": precision, "impl": impl,
+        "precision": precision, "impl": impl, "knobs": knobs or {},
     }  # fmt: skip
     errors: list[str] = []
     worst_norm = worst_row = worst_fp32 = 0.0
     w1_loc, w2_loc = w1[me * e_loc : (me + 1) * e_loc], w2[me * e_loc : (me + 1) * e_loc]
+    persistent = None
+    if impl == "persistent" and knobs:
+        persistent = persistent_config(MoEConfig(h, i, e, k, t_max, world, precision), knobs)
     with MegaMoE(
-        h, i, e, k, t_max, w1_loc, w2_loc, precision=precision, gemm_programs=gemm_programs, impl=impl
-    ) as layer:
+        h, i, e, k, t_max, w1_loc, w2_loc, precision=precision, gemm_programs=gemm_programs, impl=impl,
+        persistent=persistent,
+    ) as layer:  # fmt: skip
         for it in range(iters):
             t = t_max - (it * 7 + me) % max(1, t_max // 4)  # ranks and calls differ in token count
             if impl == "persistent" and world > 1 and it == 1 and me == world - 1:
@@ -595,8 +602,16 @@ def main(argv: list[str] | None = None) -> int:
         "--persistent-gemms", action="store_true", help="bf16: L1 and L2 as one persistent launch (one program per SM)"
     )
     parser.add_argument("--impl", default="launches", choices=IMPLS, help="persistent: one launch per call")
+    parser.add_argument(
+        "--knob", action="append", default=[], metavar="NAME=VALUE",
+        help="impl persistent: a PersistentConfig field over choose_persistent's (e.g. gluon=1)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the result rows here (rank 0)")
     args = parser.parse_args(argv)
+    try:
+        knobs = knob_overrides(args.knob)
+    except ValueError as e:
+        raise SystemExit(f"--knob {e}") from None
 
     from triton_raw_ext import runtime as rt
 
@@ -614,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"rank {me}: case {name} {case} {routing}: started", file=sys.stderr, flush=True)
                 rows.append(
                     check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision, gemm_programs,
-                               args.impl)
+                               args.impl, knobs)
                 )
                 rows[-1]["case"] = name
                 verdict = "ok" if rows[-1]["ok"] else "FAIL"
@@ -635,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'PASS' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}"
             )
         print(
-            f"megamoe correctness world={world} precision={args.precision} impl={args.impl}: "
+            f"megamoe correctness world={world} precision={args.precision} impl={args.impl}"
+            f"{''.join(f' {a}' for a in args.knob)}: "
             f"{'PASS' if ok else 'FAIL'} "
             f"({time.time() - start:.0f} s; rel err is vs {'reference_fp8' if args.precision == 'fp8' else 'float32'})"
         )

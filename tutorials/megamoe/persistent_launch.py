@@ -1,14 +1,16 @@
-"""Launch description of the persistent MegaMoE call (``persistent.moe_persistent``): pure Python.
+"""Launch description of the persistent MegaMoE call (``persistent.moe_persistent``, or with the ``gluon``
+knob ``gluon_persistent.moe_persistent_gluon``): pure Python.
 
 Contract: :class:`PersistentConfig` holds every knob a GPU sweep varies (GEMM tiles, pipeline stages,
-warps, program count, TMA per operand, the sizes of the small items); :func:`choose_persistent` picks
-the defaults for a layer. :func:`persistent_buffers` lists the buffers the kernel needs besides
-``MoEConfig``'s (symmetric, then local; zero when allocated). :func:`persistent_launch` is the one
-``launch.KernelLaunch`` of a call: its parameters name binding keys as ``launch`` does, plus the
-buffers above, the weights of :func:`persistent_weights`, and :func:`call_extras`: the tensor
-descriptors of the operands loaded through TMA (``w1_desc``, ``w2_desc``, ``h_desc``, ``a_desc``) and the items to
-run (``item_begin`` / ``item_end``: all of them, except in the CPU simulation). Nothing specialises on
-the token count or the rank.
+warps, program count, TMA per operand, the sizes of the small items, the Gluon kernel);
+:func:`choose_persistent` picks the defaults for a layer (:func:`persistent_config`: with overrides).
+:func:`persistent_buffers` lists the buffers the kernel needs besides ``MoEConfig``'s (symmetric, then
+local; zero when allocated). :func:`persistent_launch` is the one ``launch.KernelLaunch`` of a call: its
+parameters name binding keys as ``launch`` does, plus the buffers above, the weights of
+:func:`persistent_weights`, and :func:`call_extras`: the tensor descriptors of the operands loaded through
+TMA (``w1_desc``, ``w2_desc``, ``h_desc``, ``a_desc``), the items to run (``item_begin`` / ``item_end``: all
+of them, except in the CPU simulation) and the Gluon kernel's table of buffer addresses
+(``buffer_table``). Nothing specialises on the token count or the rank.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ class PersistentConfig:
     and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
     ``half_tail`` (bf16, h not through TMA): an expert's last M tile with at most ``block_m / 2`` pairs runs
     its L1 and L2 tiles at half the rows, its A rows gathered even where ``tma_a`` (random routing leaves
-    many such tiles nearly empty).
+    many such tiles nearly empty). ``gluon`` (fp8 at world 1): the call runs as
+    ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
+    256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages).
     """
 
     block_m: int = 64
@@ -64,28 +68,41 @@ class PersistentConfig:
     reduce_rows: int = 4
     trace: bool = False
     half_tail: bool = False
+    gluon: bool = False
 
 
-def choose_persistent(cfg: MoEConfig) -> PersistentConfig:
+def choose_persistent(cfg: MoEConfig, gluon: bool = False) -> PersistentConfig:
     """Defaults for layer ``cfg``. fp8: N 128 per gate/up half in L1 and 256 in L2, 8 warps, weights through
     TMA, 16 tokens per route item; with more than 96 pairs per expert expected 128-row tiles, L1's A rows
     through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
-    64 rows), else 64 rows and 3 stages. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1
-    and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
-    the H200, where L2's were not), half-row tail tiles (4-5 % faster at the production load; ptxas
-    spills a few per-item values for them, none in a K loop); fewer pairs: 64-row tiles and 4 warps."""
+    64 rows), else 64 rows and 3 stages. ``gluon``, where its kernel runs (fp8 with those 128-row tiles at
+    world 1, H and I multiples of 256): the Gluon kernel, with 4 slots per dispatch item and 2 rows per
+    combine item (its first consumer runs them alone, so smaller items keep more programs at work). bf16
+    with more than 96 pairs per expert expected: 128 x 128 (x2) L1 and 128 x 256 L2 tiles, K 64, 8 warps,
+    3 stages, L1's weights through TMA (faster than pointers on the H200, where L2's were not), half-row
+    tail tiles (4-5 % faster at the production load; ptxas spills a few per-item values for them, none in
+    a K loop); fewer pairs: 64-row tiles and 4 warps."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
         big = rows > 96
-        return PersistentConfig(block_m=128 if big else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
-                                num_stages=4 if big else 3, tma_a=big, route_tokens=16)  # fmt: skip
+        pc = PersistentConfig(block_m=128 if big else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
+                              num_stages=4 if big else 3, tma_a=big, route_tokens=16)  # fmt: skip
+        if gluon and big and cfg.world == 1 and h % 256 == 0 and i % 256 == 0:
+            pc = dataclasses.replace(pc, gluon=True, dispatch_rows=4, combine_rows=2)
+        return pc
     block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
     if rows > 96:
         return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
                                 num_stages=3, tma_w2=False, half_tail=True)  # fmt: skip
     return PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
                             num_stages=3, tma_w2=False)  # fmt: skip
+
+
+def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig:
+    """:func:`choose_persistent`'s knobs for ``cfg`` (the Gluon kernel's where ``knobs`` asks for ``gluon``)
+    with ``knobs`` over them."""
+    return dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs.get("gluon"))), **knobs)
 
 
 def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
@@ -126,6 +143,22 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
             f"PersistentConfig.half_tail needs bf16, tma_h=False (the h descriptor's box is block_m rows) and "
             f"block_m >= 32 (tl.dot needs 16 rows), got {cfg.precision}, tma_h={pc.tma_h}, block_m={pc.block_m}"
         )
+    if pc.gluon and (cfg.precision != "fp8" or cfg.world != 1 or h % 256 or i % 256):
+        raise ValueError(
+            f"PersistentConfig.gluon runs fp8 at world 1 with hidden and intermediate multiples of 256 (the Gluon "
+            f"kernel has no pull or push between ranks; its consumers take two K blocks a step), got "
+            f"{cfg.precision}, world {cfg.world}, hidden {h}, intermediate {i}: set gluon=False"
+        )
+    gluon_tiles = (pc.block_m, pc.block_n2, pc.tma_a, pc.tma_w1, pc.tma_w2, 2 <= pc.num_stages <= 4)
+    if pc.gluon and gluon_tiles != (128, 2 * FP8_BLOCK, True, True, True, True):
+        raise ValueError(
+            f"PersistentConfig.gluon needs block_m=128, block_n2=256, tma_a, tma_w1 and tma_w2 and 2 to 4 stages "
+            f"(its tiles: two 64-row consumers, 48 KB stages), got block_m={pc.block_m}, block_n2={pc.block_n2}, "
+            f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, num_stages={pc.num_stages}"
+        )
+    if pc.gluon and pc.route_tokens < 2:
+        raise ValueError(f"PersistentConfig.gluon splits each route item's tokens between its two consumers: "
+                         f"route_tokens must be >= 2, got {pc.route_tokens}")  # fmt: skip
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
@@ -213,6 +246,12 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
     tensors["h_desc"] = workspace["h"]
     if pc.tma_a:
         tensors["a_desc"] = workspace["a_sorted"]
+    if pc.gluon:  # every GEMM operand, [128, 128] e4m3 boxes in the layout Gluon's shared memory takes
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+        block = gl.NVMMASharedLayout.get_default_for([FP8_BLOCK, FP8_BLOCK], gl.float8e4nv)
+        return {key: GluonDescriptor.from_tensor(t, [FP8_BLOCK, FP8_BLOCK], block) for key, t in tensors.items()}
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
     return {key: TensorDescriptor.from_tensor(t, list(blocks[key])) for key, t in tensors.items() if wanted[key]}
@@ -220,11 +259,25 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
 
 def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -> dict[str, Any]:
     """What a call of the persistent kernel binds besides ``megamoe.call_bindings``: the descriptors of
-    :func:`descriptors` over ``buffers``' weights (:func:`persistent_weights`) and workspace, and the items of
-    the whole call (``item_begin`` 0, ``item_end`` the schedule's ``N_ITEMS``). A layer builds them once:
-    they point at its fixed buffers."""
+    :func:`descriptors` over ``buffers``' weights (:func:`persistent_weights`) and workspace, the items of
+    the whole call (``item_begin`` 0, ``item_end`` the schedule's ``N_ITEMS``) and, for ``pc.gluon``, the
+    table of the buffers' addresses (``buffer_table``, int64, in ``gluon_persistent.BUFFER_TABLE``'s order;
+    on the meta device when the buffers are). A layer builds them once: they point at its fixed buffers."""
     items = {"item_begin": 0, "item_end": schedule(cfg, pc).starts()["N_ITEMS"]}
-    return {**descriptors(cfg, pc, buffers, buffers), **items}
+    extras = {**descriptors(cfg, pc, buffers, buffers), **items}
+    if pc.gluon:
+        import torch
+
+        from .gluon_persistent import BUFFER_TABLE
+
+        device = buffers["sched"].device
+        addresses = [0 if device.type == "meta" else buffers[key].data_ptr() for key in BUFFER_TABLE]
+        for key, address in zip(BUFFER_TABLE, addresses, strict=True):
+            if address % 16:  # the kernel reads and writes them 16 bytes at a time
+                raise ValueError(f"persistent_launch: buffer {key!r} at {address:#x} is not 16-byte aligned, "
+                                 f"as the Gluon kernel needs each of gluon_persistent.BUFFER_TABLE")  # fmt: skip
+        extras["buffer_table"] = torch.tensor(addresses, dtype=torch.int64, device=device)
+    return extras
 
 
 def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
@@ -233,6 +286,8 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
     _check(cfg, pc)
     if programs < 1:
         raise ValueError(f"persistent_launch: programs={programs} must be >= 1")
+    if pc.gluon:
+        return _gluon_launch(cfg, pc, programs)
     fp8, world_one = cfg.precision == "fp8", cfg.world == 1
     sch = schedule(cfg, pc)
     weight1, weight2 = ("w1q", "w2q") if fp8 else ("w1", "w2")
@@ -276,3 +331,32 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,
         grid=(programs,), num_warps=pc.num_warps, num_stages=pc.num_stages,
     )  # fmt: skip
+
+
+# Registers per thread of the Gluon kernel's second consumer (two 64 x 128 accumulators) and of its loader
+GLUON_CONSUMER_REGS, GLUON_LOADER_REGS = 232, 40
+
+
+def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
+    """The launch of one fp8 call at world 1 as ``gluon_persistent.moe_persistent_gluon`` (``pc.gluon``)."""
+    from .gluon_persistent import moe_persistent_gluon
+
+    sch = schedule(cfg, pc)
+    params = [
+        ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("table", "buffer_table"),
+        ("epoch_ptr", "call_epoch"), ("a_desc", "a_desc"), ("h_desc", "h_desc"), ("w1_desc", "w1_desc"),
+        ("w2_desc", "w2_desc"), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"), ("item_begin", "item_begin"),
+        ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
+    ]  # fmt: skip
+    starts = {k: v for k, v in sch.starts().items() if k != "REDUCE_START"}
+    constexprs = dict(
+        H=cfg.hidden, INTER=cfg.intermediate, E=cfg.num_experts, E_P2=next_pow2(cfg.num_experts), K=cfg.top_k,
+        K_P2=next_pow2(cfg.top_k), E_LOC=cfg.local_experts, EL_P2=next_pow2(cfg.local_experts), T_MAX=cfg.max_tokens,
+        GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens, ROUTE_COLS=_route_cols(cfg, pc),
+        DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows, BLOCK_HA=row_block(cfg.hidden, 512),
+        BLOCK_HC=row_block(cfg.hidden, 256),
+        **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), STAGES=pc.num_stages,
+        CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
+    )  # fmt: skip
+    return KernelLaunch("moe_persistent_gluon", moe_persistent_gluon, tuple(params), constexprs, grid=(programs,),
+                        num_warps=4, num_stages=1)  # fmt: skip
