@@ -313,20 +313,23 @@ def t3_experts(gpus: int) -> Suite:
 
 
 def t3_gluon(gpus: int) -> Suite:
-    """The persistent fp8 call's GEMM work in Gluon, warp-specialized, beside Triton's at world 1: the
-    block-scaled tile on dense matrices of the layer's shapes beside Triton's step and cuBLAS
-    (``gemm_ceiling``), then the call's L1 and L2 items in Gluon and in Triton on the state a real call
-    leaves (``gemm_phase``: the same h and y_pair checked, then timed), random and skewed routing, traced,
-    and with the same pairs over 4 experts (no partial tiles)."""
+    """The persistent fp8 call in Gluon, warp-specialized, beside Triton's at world 1: the block-scaled tile
+    on dense matrices of the layer's shapes beside Triton's step and cuBLAS (``gemm_ceiling``), the call's
+    L1 and L2 items in both on the state a real call leaves (``gemm_phase``: the same h and y_pair checked,
+    then timed, random and skewed routing), the whole call with ``gluon=1`` checked at world 1, and the
+    benchmark of it beside its Triton twin, the launches, torch's grouped GEMMs and the dense ceiling."""
     phase = ("python3", "-m", f"{T3}.gemm_phase")
     return Suite("t3_gluon", [
         Step("ceiling", ("python3", "-m", f"{T3}.gemm_ceiling", "--only", "gluon", "prefetch", "plain", "--stages",
                          "3", "4", "--out", "{dir}"), 120),
         Step("phase_random", (*phase, "--json", "{dir}/phase_random.json"), 80),
         Step("phase_skewed", (*phase, "--routing", "skewed", "--json", "{dir}/phase_skewed.json"), 80),
-        Step("phase_random_trace", (*phase, "--trace", "--json", "{dir}/phase_random_trace.json"), 80),
-        Step("phase_e4_trace", (*phase, "--trace", "--shape", "4096", "1536", "4", "4", "1024", "--json",
-                                "{dir}/phase_e4_trace.json"), 80),
+        Step("check_gluon", ("python3", "-m", f"{T3}.megamoe", "--impl", "persistent", "--precision", "fp8",
+                             "--cases", "small", "equiv", "--knob", "gluon=1", "--json", "{dir}/check_gluon.json"),
+             60),
+        Step("bench_gluon", ("python3", "-m", f"{T3}.benchmark", "--precision", "fp8", "--impls", "launches",
+                             "persistent", "--knob", "gluon=1", "--routing", "random", "skewed", "--ceilings",
+                             "--rep-ms", "200", "--out", "{dir}"), 180),
     ], budget_s=540)  # fmt: skip
 
 

@@ -64,7 +64,7 @@ from .config import MoEConfig
 from .ep_baseline import dispatch_compute_combine, experts_for, plan
 from .gemm_baselines import dense_gemms, grouped_gemms
 from .megamoe import IMPLS, TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
-from .persistent_launch import choose_persistent, knob_overrides
+from .persistent_launch import knob_overrides, persistent_config
 from .reference import reference, reference_bf16
 
 COPY_BW = 4.27e12  # bytes/s, device copy measured on the H200
@@ -86,10 +86,13 @@ SINGLE_KERNELS = {"route_alone": ("moe_route",), "plan_alone": ("moe_plan",)}
 # an achieved TFLOP/s (and a fraction of the roofline or of the dense ceiling) means something.
 FLOP_ROWS = ("grouped_gemms", "grouped_gemms_fused", "torch_reference_bf16", "torch_ep_grouped",
              "torch_grouped_gemms", "dense_gemms")  # fmt: skip
-# The rows of each layer the benchmark builds (``--impls``, and at world 1 in bf16 the launches with L1 and
-# L2 as one launch), and the name of its output error.
-_ROW_PREFIX = {"launches": "megamoe", "persistent": "persistent", "fused_gemms": "megamoe_fused_gemms"}
-_ERR_NAMES = {"launches": "megamoe", "persistent": "megamoe_persistent", "fused_gemms": "megamoe_fused_gemms"}
+# The rows of each layer the benchmark builds (``--impls``, at world 1 in bf16 the launches with L1 and L2 as
+# one launch, beside a Gluon persistent layer its Triton twin), and the name of its output error.
+# ``persistent_triton``: the Triton persistent kernel beside a persistent layer that runs the Gluon one.
+_ROW_PREFIX = {"launches": "megamoe", "persistent": "persistent", "fused_gemms": "megamoe_fused_gemms",
+               "persistent_triton": "persistent_triton"}  # fmt: skip
+_ERR_NAMES = {"launches": "megamoe", "persistent": "megamoe_persistent", "fused_gemms": "megamoe_fused_gemms",
+              "persistent_triton": "megamoe_persistent_triton"}  # fmt: skip
 # The production per-rank load at world 1 (H, I, E, top-k, T, world) and the goal of its persistent call as
 # a CUDA graph, in us: benchmark exits 2 (goal missed) when random routing takes longer.
 PRODUCTION_LOAD = (4096, 1536, 16, 8, 512, 1)
@@ -202,8 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         pc = None
         if impl == "persistent":
             cfg = MoEConfig(h, i, e, k, t, world, args.precision)
-            pc = dataclasses.replace(choose_persistent(cfg), **knobs)
+            pc = persistent_config(cfg, knobs)
         layers[impl] = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, precision=args.precision, impl=impl, persistent=pc)
+        if pc is not None and pc.gluon:  # its Triton twin, side by side
+            twin = persistent_config(cfg, {**knobs, "gluon": False})
+            layers["persistent_triton"] = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, precision=args.precision,
+                                                  impl=impl, persistent=twin)  # fmt: skip
     if world == 1 and args.precision == "bf16" and "launches" in layers:
         # the launches with L1 and L2 as one persistent launch (Tiles.gemm_programs), side by side
         sms = torch.cuda.get_device_properties(dev).multi_processor_count

@@ -1,12 +1,12 @@
 """The persistent fp8 call's GEMM items alone, in Triton and in Gluon, on the state a real call leaves.
 
 A persistent call (``impl="persistent"``, world 1) routes and dispatches the production load, then this
-runs only its L1 and L2 items again, twice: with the persistent kernel itself on that item range
-(``item_begin`` = ``L1_START``, ``item_end`` = ``COMBINE_START``; its counters of the rows landed and of the
-layout are restored before each launch, since the kernel's last program zeroes them) and with
-``gluon_gemm_items.moe_gemm_items`` (the warp-specialized Gluon tiles). It checks that both write the
-same h, h scales and y_pair for every pair (poisoned before each), then times each as a CUDA graph
-(including its few-word counter copy) beside the whole call::
+runs only its L1 and L2 items again (``item_begin`` = ``L1_START``, ``item_end`` = ``COMBINE_START``; the
+counters of the rows landed and of the layout restored before each launch, since the kernel's last program
+zeroes them), twice: with the Triton kernel and with the Gluon one (``gluon_persistent``, the ``gluon``
+knob). It checks that both write the same h, h scales and y_pair for every pair (poisoned before each),
+then times each as a CUDA graph (including its few-word counter copy) beside the whole call, Triton's and
+Gluon's::
 
     python -m tutorials.megamoe.gemm_phase [--routing skewed] [--stages 3] [--trace] --json $OUT/gemm_phase.json
 
@@ -24,8 +24,6 @@ from pathlib import Path
 
 import torch
 
-CONSUMER_REGS, LOADER_REGS = 232, 40  # as gluon_scaled_tiles: two 64 x 128 accumulators per consumer thread
-
 
 def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, block_m: int) -> torch.Tensor:
     """Rows of each M tile of a call's ``layout`` (the persistent kernel's LANDED counts once every row has
@@ -35,68 +33,34 @@ def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, blo
     return torch.tensor(rows + [0] * (m_tiles - len(rows)), dtype=torch.int32, device=layout.device)
 
 
-def gluon_phase(layer, stages: int) -> tuple[Callable[[], None], torch.Tensor]:
-    """(a callable that runs the call's L1 and L2 items with :func:`gluon_gemm_items.moe_gemm_items` on the
-    layer's buffers, one program per SM, the ``landed`` counts it reads): its counters are zeroed first in each
-    run. A layer built
-    with ``trace`` gets the items' rows in its trace buffer, where the persistent kernel writes them."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from .gluon_gemm_items import moe_gemm_items
-    from .persistent_launch import schedule
-
-    if not 2 <= stages <= 4:
-        raise ValueError(f"gemm_phase: the Gluon items hold 2 to 4 stages of 48 KB in shared memory, not {stages}")
-
-    cfg, pc, w = layer.cfg, layer.persistent, layer.weights
-    buf = {**layer.sym, **layer.local}
-    sch = schedule(cfg, pc)
-    e, hid, inter = cfg.local_experts, cfg.hidden, cfg.intermediate
-    fp8_block = gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)
-
-    def fp8_desc(t: torch.Tensor) -> TensorDescriptor:
-        return TensorDescriptor.from_tensor(t, [128, 128], fp8_block)
-
-    landed = landed_counts(buf["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m)
-    counters = torch.zeros(1 + sch.m_tiles, dtype=torch.int32, device=landed.device)  # next item, L1 tiles done
-    programs = torch.cuda.get_device_properties(landed.device).multi_processor_count
-    trace = buf["trace"][sch.starts()["L1_START"] :] if pc.trace else None  # its rows as the persistent kernel's
-    args = (fp8_desc(buf["a_sorted"]), fp8_desc(buf["h"]), fp8_desc(w["w1q"].view(e * 2 * inter, hid)),
-            fp8_desc(w["w2q"].view(e * hid, inter)), buf["layout"], landed, counters, buf["sorted_row"],
-            buf["x_scale"], buf["h"], buf["h_scale"], buf["y_pair"], w["w1s"], w["w2s"], 0, 2000, trace)  # fmt: skip
-    constexprs = dict(H=hid, INTER=inter, E_LOC=e, EL_P2=sch.local_experts_p2, GROUP_M=pc.group_m,
-                      M_TILES=sch.m_tiles, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
-                      LOADER_REGS=LOADER_REGS, TRACE=pc.trace)  # fmt: skip
-
-    def run() -> None:
-        counters.zero_()
-        moe_gemm_items[(programs,)](*args, **constexprs, num_warps=4)
-
-    return run, landed
-
-
-def triton_phase(
-    layer, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, landed: torch.Tensor
-) -> Callable[[], None]:
-    """A callable that runs the call's L1 and L2 items with the persistent kernel itself (its L1_START ..
-    COMBINE_START items), the layout-done and rows-landed counters set first."""
+def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
+             whole: bool = False) -> Callable[[], None]:  # fmt: skip
+    """A callable that runs the L1 and L2 items (L1_START .. COMBINE_START) of the call ``layer`` last ran,
+    on its buffers, with the persistent kernel of knobs ``pc`` (``pc.gluon``: the Gluon kernel): the
+    layout-done and rows-landed counters set first (the kernel's last program zeroes them), so that every
+    item finds what the call's earlier items left. ``whole``: every item of a call instead (nothing set)."""
     from . import persistent as p
-    from .persistent_launch import schedule
+    from .persistent_launch import call_extras, persistent_launch, schedule
 
-    sch = schedule(layer.cfg, layer.persistent)
+    cfg = layer.cfg
+    sch = schedule(cfg, pc)
     starts = sch.starts()
-    launch = layer._call
+    buffers = {**layer.weights, **layer.sym, **layer.local}
+    landed = landed_counts(layer.local["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m)
     restore = torch.zeros_like(layer.local["sched"])
     restore[p.LAYOUT_DONE.value] = 1
     restore[sch.landed_word : sch.landed_word + landed.numel()] = landed
-    bindings = ChainMap({"item_begin": starts["L1_START"], "item_end": starts["COMBINE_START"]},
+    programs = torch.cuda.get_device_properties(x.device).multi_processor_count
+    launch = persistent_launch(cfg, pc, programs)
+    items = (0, starts["N_ITEMS"]) if whole else (starts["L1_START"], starts["COMBINE_START"])
+    bindings = ChainMap(dict(zip(("item_begin", "item_end"), items, strict=True)), call_extras(cfg, pc, buffers),
                         layer._bindings(x, logits, y))  # fmt: skip
     args = launch.arguments(bindings)
     kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
 
     def run() -> None:
-        layer.local["sched"].copy_(restore)
+        if not whole:
+            layer.local["sched"].copy_(restore)
         launch.fn[launch.grid](*args, **kwargs)
 
     return run
@@ -153,8 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     layer(x, logits, out=y)
     torch.cuda.synchronize()
     pairs = int(layer.local["layout"][1 : 1 + e].sum())  # world 1: every expert is local
-    gluon_run, landed = gluon_phase(layer, args.stages)
-    triton_run = triton_phase(layer, x, logits, y, landed)
+    if not 2 <= args.stages <= 4:
+        raise SystemExit(f"gemm_phase: the Gluon items hold 2 to 4 stages of 48 KB in shared memory, not {args.stages}")
+    gluon_pc = dataclasses.replace(pc, gluon=True, num_stages=args.stages)
+    triton_run = gemm_run(layer, pc, x, logits, y)
+    gluon_run = gemm_run(layer, gluon_pc, x, logits, y)
     results = {}
     for name, run in (("triton", triton_run), ("gluon", gluon_run)):
         _poison(layer)
@@ -173,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     times = {name: triton.testing.do_bench_cudagraph(run, rep=200) * 1e3
              for name, run in (("triton_us", triton_run), ("gluon_us", gluon_run))}  # fmt: skip
     times["call_us"] = triton.testing.do_bench_cudagraph(lambda: layer(x, logits, out=y), rep=200) * 1e3
+    gluon_call = gemm_run(layer, gluon_pc, x, logits, y, whole=True)
+    times["gluon_call_us"] = triton.testing.do_bench_cudagraph(gluon_call, rep=200) * 1e3
     print(f"{args.routing}: {pairs} pairs; Gluon against Triton: h bytes equal {check['h_bytes_equal']:.4f}, h "
           f"scales max rel {check['h_scale_max_rel']:.1e}, y_pair rel err {check['y_pair_rel_err']:.1e}"
           f"{'' if ok else '  WRONG'}")  # fmt: skip
-    print(f"GEMM items: Triton {times['triton_us']:.1f} us, Gluon {times['gluon_us']:.1f} us; whole call "
-          f"{times['call_us']:.1f} us (CUDA graphs)")  # fmt: skip
+    print(f"GEMM items: Triton {times['triton_us']:.1f} us, Gluon {times['gluon_us']:.1f} us; whole call: Triton "
+          f"{times['call_us']:.1f} us, Gluon {times['gluon_call_us']:.1f} us (CUDA graphs)")  # fmt: skip
     traces = {}
     if args.trace:  # one more run of each, its regions as trace_persistent prints a call's
         for name, run in (("triton", triton_run), ("gluon", gluon_run)):

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..common.run_metadata import run_metadata
     from .config import MoEConfig
     from .megamoe import MegaMoE, make_inputs, make_weights
-    from .persistent_launch import choose_persistent
+    from .persistent_launch import persistent_config
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     x, logits = make_inputs(t, h, e, args.routing == "skewed", 100, dev)
     results = []
     for text in args.config or [""]:
-        pc = dataclasses.replace(choose_persistent(cfg), **_config(text), trace=True)
+        pc = dataclasses.replace(persistent_config(cfg, _config(text)), trace=True)
         layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent", persistent=pc)
         y = torch.empty_like(x)
         ms = triton.testing.do_bench(lambda layer=layer, y=y: layer(x, logits, out=y), rep=args.rep_ms)
