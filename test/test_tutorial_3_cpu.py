@@ -429,3 +429,12 @@ def test_gemm_phase_counts_the_rows_of_each_m_tile():
 
     layout = torch.tensor([5, 300, 0, 128, 1, 0, 300, 300, 428, 0, 3, 3, 4, 0, 0, 0, 0], dtype=torch.int32)
     assert landed_counts(layout, 4, 7, 128).tolist() == [128, 128, 44, 128, 1, 0, 0]
+
+
+@pytest.mark.parametrize(("knob", "cause"), [("gluon", "use NAME=VALUE"), ("block_mm=128", "use NAME=VALUE")])
+def test_check_refuses_a_knob_it_cannot_set_before_starting(knob, cause):
+    """``megamoe --knob`` names the rule and the fields before the runtime starts (no PE is started for a typo)."""
+    from tutorials.megamoe import megamoe
+
+    with pytest.raises(SystemExit, match=f"--knob '{knob}': {cause} with NAME one of .*'gluon'"):
+        megamoe.main(["--impl", "persistent", "--knob", knob])
