@@ -648,9 +648,9 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
               TRACE: gl.constexpr):  # fmt: skip
-    """Consumer ``part`` (0 or 1): its half of each item the loader hands this program, in that order; the plan
-    and the layout item in the first consumer alone (TRACE, the first consumer: when it took each item,
-    when it finished it and its SM, in the item's trace row)."""
+    """Consumer ``part`` (0 or 1): its half of each GEMM and route item the loader hands this program, in that
+    order; the plan, layout, dispatch and combine items in the first consumer alone (TRACE, the first
+    consumer: when it took each item, when it finished it and its SM, in the item's trace row)."""
     WORLD: gl.constexpr = 1
     step = 0
     taken = 0
@@ -675,7 +675,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         elif item < COMBINE_START:
             step = _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, E, E_LOC, EL_P2,
                               GROUP_M, M_TILES, L1_START, L2_START, part * CONSUMER_ROWS, STAGES)  # fmt: skip
-        elif part == 0:  # in the second consumer too, ptxas ran out of registers for the GEMMs' wgmma
+        elif part == 0:  # with route, dispatch and combine all in both, ptxas serialized the GEMMs' wgmma
             _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
                           M_TILES, COMBINE_ROWS, BLOCK_HC, L1_START - DISPATCH_START)  # fmt: skip
         if TRACE and part == 0:
