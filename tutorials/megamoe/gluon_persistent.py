@@ -25,7 +25,8 @@ their waits expect twice the items.
 The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
 16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
 loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
-wgmmas). The combine items stay in the first consumer for that reason too: in both, ptxas serialized them.
+wgmmas). The combine items stay in the first consumer for that reason too (with route, dispatch and
+combine in both consumers, ptxas serialized the wgmmas again).
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
 earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
