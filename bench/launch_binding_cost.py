@@ -40,12 +40,11 @@ def launches() -> list[tuple[str, Any, tuple, dict, list[str]]]:
     from tutorials.allgather_gemm.kernels import ag_gemm_kernel, ag_gemm_sm_push_kernel
     from tutorials.allgather_gemm.schedule import DEFAULT_CONFIG
     from tutorials.megamoe import aot as t3_aot
-    from tutorials.megamoe.megamoe import PER_CALL_KEYS, meta_bindings
-    from tutorials.megamoe.persistent_launch import choose_persistent
+    from tutorials.megamoe.megamoe import PER_CALL_KEYS
 
     out = []
     for cfg, launch in t3_aot.all_launches():
-        bindings = meta_bindings(cfg, choose_persistent(cfg))
+        bindings = t3_aot.launch_bindings(launch, cfg)
         kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
         varying = [name for name, key in launch.params if key in PER_CALL_KEYS]
         name = f"{launch.name} ({cfg.precision}, world {cfg.world})"
