@@ -53,7 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _k_loop, _tma_load
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop
 from .kernels import DEVICE_FILE, _tile_of, moe_peer_ptr
 from .persistent import (
     COMB_DONE,
@@ -213,22 +213,6 @@ def _receive(items, item_full, item_free, taken):
 
 
 # ----------------------------------------------------------------------------- the loader
-
-
-@gluon.jit
-def _fill(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, b_row, KB, step, STAGES: gl.constexpr):
-    """K blocks 0 .. KB - 1 of A rows [a_row, +128) and B rows [b_row, +256) into the stages from ``step``
-    on; returns the next step."""
-    for kb in range(KB):
-        s = step % STAGES
-        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
-        bar = ready.index(s)
-        mbarrier.expect(bar, a_desc.block_type.nbytes + 2 * b_desc.block_type.nbytes)
-        _tma_load(a_desc, [a_row, kb * QBLOCK], bar, a_bufs.index(s))
-        _tma_load(b_desc, [b_row, kb * QBLOCK], bar, lo_bufs.index(s))
-        _tma_load(b_desc, [b_row + QBLOCK, kb * QBLOCK], bar, hi_bufs.index(s))
-        step += 1
-    return step
 
 
 @gluon.jit

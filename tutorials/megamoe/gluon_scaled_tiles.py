@@ -91,15 +91,25 @@ def _loader(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, M, N, K, NUM
     step = 0
     for tile in range(gl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
         m0, n0 = _tile_origin(tile, tiles_m, tiles_n, GROUP_M, BLOCK_M, 2 * HALF)
-        for kb in range(K // BLOCK_K):
-            s = step % STAGES
-            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, a_desc.block_type.nbytes + 2 * b_desc.block_type.nbytes)
-            _tma_load(a_desc, [m0, kb * BLOCK_K], bar, a_bufs.index(s))
-            _tma_load(b_desc, [n0, kb * BLOCK_K], bar, lo_bufs.index(s))
-            _tma_load(b_desc, [n0 + HALF, kb * BLOCK_K], bar, hi_bufs.index(s))
-            step += 1
+        step = _fill(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, m0, n0, K // BLOCK_K, step, STAGES)
+
+
+@gluon.jit
+def _fill(a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, b_row, KB, step, STAGES: gl.constexpr):
+    """K blocks 0 .. KB - 1 of a tile (A rows from ``a_row``, B's lo and hi blocks of rows from ``b_row``) into
+    the stages from ``step`` on, each once both consumers have released it; returns the next step."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    HALF: gl.constexpr = b_desc.block_type.shape[0]
+    for kb in range(KB):
+        s = step % STAGES
+        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
+        bar = ready.index(s)
+        mbarrier.expect(bar, a_desc.block_type.nbytes + 2 * b_desc.block_type.nbytes)
+        _tma_load(a_desc, [a_row, kb * BLOCK_K], bar, a_bufs.index(s))
+        _tma_load(b_desc, [b_row, kb * BLOCK_K], bar, lo_bufs.index(s))
+        _tma_load(b_desc, [b_row + HALF, kb * BLOCK_K], bar, hi_bufs.index(s))
+        step += 1
+    return step
 
 
 @gluon.jit
