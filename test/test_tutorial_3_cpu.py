@@ -438,3 +438,17 @@ def test_check_refuses_a_knob_it_cannot_set_before_starting(knob, cause):
 
     with pytest.raises(SystemExit, match=f"--knob '{knob}': {cause} with NAME one of .*'gluon'"):
         megamoe.main(["--impl", "persistent", "--knob", knob])
+
+
+@pytest.mark.parametrize(("argv", "rule"), [
+    (["--stages", "5"], "needs .*2 to 4 stages .*num_stages=5"),
+    (["--stages", "1"], "needs .*2 to 4 stages .*num_stages=1"),
+    (["--shape", "256", "256", "4", "4", "33"], "needs block_m=128.*got block_m=64"),  # few pairs: 64-row tiles
+])  # fmt: skip
+def test_gemm_phase_refuses_what_the_gluon_kernel_cannot_run_before_starting(argv, rule):
+    """``gemm_phase`` names the Gluon kernel's rule (``persistent_launch``'s) before the runtime starts, not after
+    a whole layer was built and run."""
+    from tutorials.megamoe import gemm_phase
+
+    with pytest.raises(SystemExit, match=f"gemm_phase --shape .* --stages .*: PersistentConfig.gluon {rule}"):
+        gemm_phase.main(argv)

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..common.run_metadata import run_metadata
     from .config import MoEConfig
     from .megamoe import MegaMoE, make_inputs, make_weights
-    from .persistent_launch import choose_persistent
+    from .persistent_launch import choose_persistent, persistent_launch
     from .trace_persistent import format_summary, traced_run
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -100,26 +100,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="trace both (persistent.TRACE_FIELDS) and print each one's regions (trace_persistent)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    h, i, e, k, t = args.shape
+    cfg = MoEConfig(h, i, e, k, t, 1, "fp8")
+    pc = dataclasses.replace(choose_persistent(cfg), trace=args.trace)
+    gluon_pc = dataclasses.replace(pc, gluon=True, num_stages=args.stages)
+    try:  # the Gluon kernel's rule (stages, tiles, the A rows in layout order), before the runtime starts
+        persistent_launch(cfg, gluon_pc, 1)
+    except ValueError as err:
+        raise SystemExit(f"gemm_phase --shape {' '.join(map(str, args.shape))} --stages {args.stages}: {err}") from None
 
     rt.init()
     if rt.n_pes() != 1:
         raise SystemExit("gemm_phase runs at world 1 (one process)")
     dev = torch.device("cuda", torch.cuda.current_device())
-    h, i, e, k, t = args.shape
     w1, w2 = make_weights(h, i, e, 5, dev)
     x, logits = make_inputs(t, h, e, args.routing == "skewed", 100, dev)
-    cfg = MoEConfig(h, i, e, k, t, 1, "fp8")
-    pc = dataclasses.replace(choose_persistent(cfg), trace=args.trace)
     layer = MegaMoE(h, i, e, k, t, w1, w2, precision="fp8", impl="persistent", persistent=pc)
-    if not pc.tma_a:
-        raise SystemExit("gemm_phase needs the pairs' A rows in layout order (tma_a): this load's knobs have none")
     y = torch.empty_like(x)
     layer(x, logits, out=y)
     torch.cuda.synchronize()
     pairs = int(layer.local["layout"][1 : 1 + e].sum())  # world 1: every expert is local
-    if not 2 <= args.stages <= 4:
-        raise SystemExit(f"gemm_phase: the Gluon items hold 2 to 4 stages of 48 KB in shared memory, not {args.stages}")
-    gluon_pc = dataclasses.replace(pc, gluon=True, num_stages=args.stages)
     triton_run = gemm_run(layer, pc, x, logits, y)
     gluon_run = gemm_run(layer, gluon_pc, x, logits, y)
     results = {}
