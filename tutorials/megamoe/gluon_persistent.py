@@ -41,6 +41,8 @@ takes few issue slots and memory requests from the working ones on its SM.
 
 World 1 only: the pulls and pushes between ranks (``moe_pull``, ``moe_push``) end and start with CTA
 barriers, so their items stay in the Triton kernel (``persistent_launch`` refuses ``gluon`` at world > 1).
+So the items use what world 1 makes of the Triton kernel's data flow: a token's slot is the token (no slot
+or send_idx tables), every expert is local, and the one source's buffers are this rank's (no peer pointers).
 Triton's interpreter does not run Gluon: the CPU checks run the Triton kernel, and the GPU checks compare
 this one's outputs with the reference as the Triton kernel's are.
 """
@@ -54,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from triton_raw_ext import dialect
 
 from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop
-from .kernels import DEVICE_FILE, _tile_of, moe_peer_ptr
+from .kernels import DEVICE_FILE, _tile_of
 from .persistent import (
     COMB_DONE,
     DISPATCH_DONE,
@@ -85,11 +87,11 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 # The call's buffers by binding key, in the order of the kernel's table of their addresses (module
 # docstring; ``persistent_launch.call_extras`` builds it once per layer)
 BUFFER_TABLE = (
-    "x_sym", "x_scale", "topk_ids", "topk_w", "pair_rank", "slot", "send_idx", "send_count", "send_pairs",
+    "x_sym", "x_scale", "topk_ids", "topk_w", "pair_rank", "send_count", "send_pairs",
     "plan_flag", "recv_ids", "recv_w", "recv_n", "layout", "sorted_row", "inv_pos", "a_sorted", "h", "h_scale",
     "y_pair", "sched", "w1s", "w2s",
 )  # fmt: skip
-(X_SYM, X_SCALE, IDS, WTS, RANK, SLOT, SEND_IDX, SEND_COUNT, SEND_PAIRS, PLAN_FLAG, RECV_IDS, RECV_W, RECV_N, LAYOUT,
+(X_SYM, X_SCALE, IDS, WTS, RANK, SEND_COUNT, SEND_PAIRS, PLAN_FLAG, RECV_IDS, RECV_W, RECV_N, LAYOUT,
  SORTED_ROW, INV_POS, A_SORTED, H_BUF, H_SCALE, Y_PAIR, SCHED, W1S, W2S) = (
     gl.constexpr(i) for i in range(len(BUFFER_TABLE)))  # fmt: skip
 
@@ -134,12 +136,6 @@ def _buffer(table, index: gl.constexpr, dtype: gl.constexpr):
     moved a byte at a time without it)."""
     ptr = gl.load(table + index).to(gl.pointer_type(dtype))
     return gl.multiple_of(ptr, 16)
-
-
-@gluon.jit
-def _peer(sym, pe, dtype: gl.constexpr):
-    """PE ``pe``'s copy of the symmetric ``sym`` as a pointer to ``dtype`` (``moe_peer_ptr``)."""
-    return moe_peer_ptr(sym, pe).to(gl.pointer_type(dtype))
 
 
 @gluon.jit
@@ -329,7 +325,8 @@ def _quantize_step(v, x_sym, xs_sym, offs, ok, scale_at, row_ok):
 def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
     """Columns [c0, c0 + COLS) of x's tokens [t0, t0 + ROWS) (those below T) quantized per 128 columns into
     x_sym and xs_sym (``kernels_fp8._quantize_cols``), two blocks a step with the next step's loads in
-    flight (H200, 16-token items of 1024 columns: 24.5 us each with all eight blocks in one step, 16.6 so)."""
+    flight (H200, 16-token items of 1024 columns, 8 tokens a consumer: 9.1 us each, 13.0 with one block a
+    step, 12.4 with four)."""
     STEP: gl.constexpr = 2 if COLS >= 2 * QBLOCK else 1  # blocks per step
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [2, 1, 16], [2, 2, 1], [2, 1, 0])  # 16 bytes of bf16 a thread
     L2: gl.constexpr = gl.SliceLayout(2, L3)
@@ -376,8 +373,6 @@ def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.con
             rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=valid,
                                  sem="relaxed", scope="gpu")  # fmt: skip
             gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
-            gl.store(_buffer(table, SLOT, gl.int32) + offs_t, offs_t, mask=mask_t)
-            gl.store(_buffer(table, SEND_IDX, gl.int32) + offs_t, offs_t, mask=mask_t)
             gl.atomic_add(sched + SENT_COUNT, gl.sum(mask_t.to(gl.int32), axis=0), sem="relaxed", scope="gpu")
         _quantize_cols(x_ptr, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
                        ch * ROUTE_COLS, H, ROWS, ROUTE_COLS)  # fmt: skip
@@ -401,38 +396,23 @@ def _plan_item(r, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
 
 
 @gluon.jit
-def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
-                 W_P2: gl.constexpr):  # fmt: skip
-    """``persistent._layout_item`` in one partition: once every rank's plan for this rank is in, rows per
-    source and the pair layout (pairs grouped by local expert, then source; 128-pair M tiles)."""
-    L: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, 4], [1, 0])
-    send_count_sym = _buffer(table, SEND_COUNT, gl.int32)
-    send_pairs_sym = _buffer(table, SEND_PAIRS, gl.int32)
-    plan_flag_sym = _buffer(table, PLAN_FLAG, gl.int64)
+def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
+    """``persistent._layout_item`` at world 1, in one partition: once this rank's plan is in, its rows and
+    the pair layout (pairs grouped by local expert; 128-pair M tiles)."""
+    VEC: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
-    ww = gl.arange(0, W_P2, layout=gl.SliceLayout(1, L))
-    ee = gl.arange(0, EL_P2, layout=gl.SliceLayout(0, L))
-    counts = gl.zeros([W_P2], gl.int32, layout=gl.SliceLayout(1, L))
-    pairs = gl.zeros([W_P2, EL_P2], gl.int32, layout=L)
-    for src in gl.static_range(WORLD):
-        zero = moe_wait_flag_async(plan_flag_sym + src, epoch, WAIT_PLAN, me, src, wait_ms)
-        c = gl.load(_peer(send_count_sym, src, gl.int32) + me + zero, cache_modifier=".cg")
-        p = gl.load(_peer(send_pairs_sym, src, gl.int32) + me * E_LOC + ee + zero, mask=ee < E_LOC, other=0,
-                    cache_modifier=".cg")  # fmt: skip
-        counts = gl.where(ww == src, c, counts)
-        pairs = gl.where(ww[:, None] == src, p[None, :], pairs)
-    gl.store(_buffer(table, RECV_N, gl.int32) + ww, counts, mask=ww < WORLD)
-    VEC: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # a scan takes no sliced layout
+    zero = moe_wait_flag_async(_buffer(table, PLAN_FLAG, gl.int64) + me, epoch, WAIT_PLAN, me, me, wait_ms)
+    gl.store(_buffer(table, RECV_N, gl.int32), gl.load(_buffer(table, SEND_COUNT, gl.int32) + zero,
+                                                        cache_modifier=".cg"))  # fmt: skip
     e1 = gl.arange(0, EL_P2, layout=VEC)
-    total = gl.convert_layout(gl.sum(pairs, axis=0), VEC)
+    total = gl.load(_buffer(table, SEND_PAIRS, gl.int32) + e1 + zero, mask=e1 < E_LOC, other=0, cache_modifier=".cg")
     tiles = (total + QBLOCK - 1) // QBLOCK
     first_pair = _cumsum(total, 0) - total
     gl.store(layout_ptr, gl.sum(tiles, axis=0))
     gl.store(layout_ptr + 1 + e1, total)
     gl.store(layout_ptr + 1 + EL_P2 + e1, first_pair)
     gl.store(layout_ptr + 1 + 2 * EL_P2 + e1, _cumsum(tiles, 0) - tiles)
-    src_first = gl.convert_layout(first_pair, gl.SliceLayout(0, L))[None, :] + _cumsum(pairs, 0) - pairs
-    gl.store(layout_ptr + 1 + 3 * EL_P2 + ww[:, None] * EL_P2 + ee[None, :], src_first, mask=(ww < WORLD)[:, None])
+    gl.store(layout_ptr + 1 + 3 * EL_P2 + e1, first_pair)  # the one source's first pair per expert
     _release(_buffer(table, SCHED, gl.int32) + LAYOUT_DONE)
 
 
@@ -441,109 +421,95 @@ def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.const
 
 @gluon.jit
 def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
-                   K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
-                   T_MAX: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr):  # fmt: skip
-    """Dispatch item ``idx`` (``persistent._dispatch_item`` with TMA_A, no pull): its slots' routing copied,
-    their pairs placed at their layout positions (sorted_row, inv_pos) and their A rows copied there
-    (a_sorted), then counted landed in their M tiles."""
+                   K_P2: gl.constexpr, EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr,
+                   BLOCK_HA: gl.constexpr):  # fmt: skip
+    """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
+    every expert local): its tokens' routing copied, their pairs placed at their layout positions
+    (sorted_row, inv_pos) and their A rows copied there (a_sorted), then counted landed in their M tiles."""
     ROWS: gl.constexpr = DISPATCH_ROWS
     LANDED: gl.constexpr = COMB_DONE + 1 + E + 1  # sched's words at world 1, as moe_persistent's
-    BLOCKS: gl.constexpr = (T_MAX + DISPATCH_ROWS - 1) // DISPATCH_ROWS
-    # [slots, pairs, columns]: a row's 16-byte pieces over a warp, the slots over the warps (each row loaded once)
+    # [tokens, pairs, columns]: a row's 16-byte pieces over a warp, the tokens over the warps (each row loaded once)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 1, 32], [4, 1, 1], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
-    src = (me + idx // BLOCKS) % WORLD
-    slot0 = (idx % BLOCKS) * DISPATCH_ROWS
+    t0 = idx * DISPATCH_ROWS
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
-    n = gl.load(_buffer(table, RECV_N, gl.int32) + src + zero, cache_modifier=".cg")
-    if slot0 < n:
+    n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
+    if t0 < n:
         layout_ptr = _buffer(table, LAYOUT, gl.int32)
-        slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
-        live = slots < n
-        tok = gl.load(_peer(_buffer(table, SEND_IDX, gl.int32), src, gl.int32) + me * T_MAX + slots, mask=live, other=0,
-                      cache_modifier=".cg").to(gl.int64)  # fmt: skip
-        rows = (src * T_MAX + slots).to(gl.int64)
+        tokens = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
+        live = tokens < n
+        rows = tokens.to(gl.int64)
         kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
         mk = live[:, None] & (kk[None, :] < K)
-        at = tok[:, None] * K + kk[None, :]
-        ids = gl.load(_peer(_buffer(table, IDS, gl.int32), src, gl.int32) + at, mask=mk, other=-1,
-                      cache_modifier=".cg")  # fmt: skip
-        wts = gl.load(_peer(_buffer(table, WTS, gl.float32), src, gl.float32) + at, mask=mk, other=0.0,
-                      cache_modifier=".cg")  # fmt: skip
-        e = ids - me * E_LOC
-        owned = mk & (e >= 0) & (e < E_LOC)
-        rank = gl.load(_peer(_buffer(table, RANK, gl.int32), src, gl.int32) + at, mask=owned, other=0,
-                       cache_modifier=".cg")  # fmt: skip
-        out = rows[:, None] * K + kk[None, :]
-        gl.store(_buffer(table, RECV_IDS, gl.int32) + out, ids, mask=mk)
-        gl.store(_buffer(table, RECV_W, gl.float32) + out, wts, mask=mk)
-        pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + src * EL_P2 + gl.where(owned, e, 0), cache_modifier=".cg") + rank
-        gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, (rows[:, None] + gl.zeros_like(kk)[None, :]).to(gl.int32),
-                 mask=owned)  # fmt: skip
-        gl.store(_buffer(table, INV_POS, gl.int32) + out, gl.where(owned, pos, -1), mask=mk)
+        at = rows[:, None] * K + kk[None, :]
         a_src = _buffer(table, X_SYM, gl.float8e4nv)  # world 1: the quantized tokens are the received rows
-        a_sorted = _buffer(table, A_SORTED, gl.float8e4nv)
-        tile = _pair_tiles(layout_ptr, e, pos, owned, EL_P2)
         cols = gl.arange(0, BLOCK_HA, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-        row_at = rows[:, None, None] * H + cols[None, None, :]  # [slots, 1, columns]: one load per row
+        row_at = rows[:, None, None] * H + cols[None, None, :]  # [tokens, 1, columns]: one load per row
+        vals = gl.load(a_src + row_at, mask=live[:, None, None], cache_modifier=".cg")  # in flight beside the routing
+        e = gl.load(_buffer(table, IDS, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
+        wts = gl.load(_buffer(table, WTS, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
+        rank = gl.load(_buffer(table, RANK, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
+        gl.store(_buffer(table, RECV_IDS, gl.int32) + at, e, mask=mk)
+        gl.store(_buffer(table, RECV_W, gl.float32) + at, wts, mask=mk)
+        pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + e, cache_modifier=".cg") + rank
+        gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, (rows[:, None] + gl.zeros_like(kk)[None, :]).to(gl.int32),
+                 mask=mk)  # fmt: skip
+        gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
+        a_sorted = _buffer(table, A_SORTED, gl.float8e4nv)
+        tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
         pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
-        vals = gl.load(a_src + row_at, mask=live[:, None, None], cache_modifier=".cg")
         for c in range(BLOCK_HA, H, BLOCK_HA):  # the next columns' loads in flight beside this step's stores
             following = gl.load(a_src + row_at + c, mask=live[:, None, None], cache_modifier=".cg")
-            gl.store(a_sorted + pair_at + (c - BLOCK_HA), vals, mask=owned[:, :, None])  # a row to each of its pairs
+            gl.store(a_sorted + pair_at + (c - BLOCK_HA), vals, mask=mk[:, :, None])  # a row to each of its pairs
             vals = following
-        gl.store(a_sorted + pair_at + (H - BLOCK_HA), vals, mask=owned[:, :, None])
+        gl.store(a_sorted + pair_at + (H - BLOCK_HA), vals, mask=mk[:, :, None])
         _barrier()  # the rows and pairs placed, by every thread, before the counts
-        gl.atomic_add(sched + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=owned, sem="release",
+        gl.atomic_add(sched + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=mk, sem="release",
                       scope="gpu")  # fmt: skip
 
 
 @gluon.jit
-def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, E: gl.constexpr,
-                  K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, WORLD: gl.constexpr,
-                  T_MAX: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
-                  N_DISPATCH: gl.constexpr):  # fmt: skip
-    """Combine item ``idx`` (``persistent._combine_item`` at world 1): once the L2 tiles of its rows' pairs are
-    done, each row's weighted sum of its pairs' y_pair into y."""
+def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
+                  K_P2: gl.constexpr, EL_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+                  BLOCK_HC: gl.constexpr, N_DISPATCH: gl.constexpr):  # fmt: skip
+    """Combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot is the token): once the
+    L2 tiles of its tokens' pairs are done, each token's weighted sum of its pairs' y_pair into y."""
     ROWS: gl.constexpr = COMBINE_ROWS
     N2: gl.constexpr = H // (2 * QBLOCK)
     L2_DONE: gl.constexpr = COMB_DONE + 1 + E + 1 + 2 * M_TILES  # sched's words at world 1, as moe_persistent's
-    BLOCKS: gl.constexpr = (T_MAX + COMBINE_ROWS - 1) // COMBINE_ROWS
-    # [rows, pairs, columns]: 16 bytes of a pair's row a thread, the pairs of a row within a warp
+    # [tokens, pairs, columns]: 16 bytes of a pair's row a thread, the pairs of a token within a warp
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 2, 16], [2, 1, 2], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
     OUT: gl.constexpr = gl.SliceLayout(1, L3)
-    src = (me + 1 + idx // BLOCKS) % WORLD
-    slot0 = (idx % BLOCKS) * COMBINE_ROWS
+    t0 = idx * COMBINE_ROWS
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + DISPATCH_DONE, N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
-    n = gl.load(_buffer(table, RECV_N, gl.int32) + src + zero, cache_modifier=".cg")
-    if slot0 < n:
-        slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
-        rows = (src * T_MAX + slots).to(gl.int64)
+    n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
+    if t0 < n:
+        tokens = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
         kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
-        mk = (slots < n)[:, None] & (kk[None, :] < K)
-        at = rows[:, None] * K + kk[None, :]
+        mk = (tokens < n)[:, None] & (kk[None, :] < K)
+        at = tokens.to(gl.int64)[:, None] * K + kk[None, :]
         pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg")
-        e = gl.load(_buffer(table, RECV_IDS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg") - me * E_LOC
+        e = gl.load(_buffer(table, RECV_IDS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg")
+        w = gl.load(_buffer(table, RECV_W, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
         tile = _pair_tiles(_buffer(table, LAYOUT, gl.int32), e, pos, pos >= 0, EL_P2)
         moe_wait_async(sched + L2_DONE + tile, gl.where(pos >= 0, PARTS * N2, 0), WAIT_L2, me, wait_ms)
         _barrier()  # every thread's waits before any thread's y_pair loads
-        w = gl.load(_buffer(table, RECV_W, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
         y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
-        out_slots = slot0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, OUT))
+        out_tokens = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, OUT))
         cols = gl.arange(0, BLOCK_HC, layout=gl.SliceLayout(0, OUT))
-        out = y_ptr + (src * T_MAX + out_slots).to(gl.int64)[:, None] * H + cols[None, :]
+        out = y_ptr + out_tokens.to(gl.int64)[:, None] * H + cols[None, :]
         pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
         v = gl.load(y_pair + pair_at, mask=(pos >= 0)[:, :, None], other=0.0, cache_modifier=".cg")
         for h0 in range(BLOCK_HC, H, BLOCK_HC):  # the next columns' loads in flight beside this step's sums
             following = gl.load(y_pair + pair_at + h0, mask=(pos >= 0)[:, :, None], other=0.0, cache_modifier=".cg")
             acc = gl.sum(v.to(gl.float32) * w[:, :, None], axis=1)
-            gl.store(out + (h0 - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_slots < n)[:, None])
+            gl.store(out + (h0 - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_tokens < n)[:, None])
             v = following
         acc = gl.sum(v.to(gl.float32) * w[:, :, None], axis=1)
-        gl.store(out + (H - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_slots < n)[:, None])
+        gl.store(out + (H - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_tokens < n)[:, None])
 
 
 # ----------------------------------------------------------------------------- L1 and L2
@@ -627,16 +593,14 @@ def _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
 def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr,
               x_ptr, y_ptr, table, T, me, epoch, wait_ms, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
               E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
-              EL_P2: gl.constexpr, T_MAX: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
-              ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr,
-              COMBINE_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
-              LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
-              L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
-              TRACE: gl.constexpr):  # fmt: skip
+              EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
+              ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+              BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
+              DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
+              COMBINE_START: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM and route item the loader hands this program, in that
     order; the plan, layout, dispatch and combine items in the first consumer alone (TRACE, the first
     consumer: when it took each item, when it finished it and its SM, in the item's trace row)."""
-    WORLD: gl.constexpr = 1
     step = 0
     taken = 0
     item = _receive(items, item_full, item_free, taken)
@@ -651,18 +615,18 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
                 _plan_item(item - PLAN_START, me, epoch, wait_ms, table, E, E_LOC, EL_P2, PLAN_START)
         elif item < DISPATCH_START:
             if part == 0:
-                _layout_item(me, epoch, wait_ms, table, E_LOC, EL_P2, WORLD, 1)
+                _layout_item(me, epoch, wait_ms, table, E_LOC, EL_P2)
         elif item < L1_START:
             if part == 0:  # as measured; split between the consumers it has not been timed
-                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
-                               DISPATCH_ROWS, BLOCK_HA)  # fmt: skip
+                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, H, E, K, K_P2, EL_P2, DISPATCH_ROWS,
+                               BLOCK_HA)  # fmt: skip
                 _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
         elif item < COMBINE_START:
             step = _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, E, E_LOC, EL_P2,
                               GROUP_M, M_TILES, L1_START, L2_START, part * CONSUMER_ROWS, STAGES)  # fmt: skip
         elif part == 0:  # with route, dispatch and combine all in both, ptxas serialized the GEMMs' wgmma
-            _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, E, K, K_P2, E_LOC, EL_P2, WORLD, T_MAX,
-                          M_TILES, COMBINE_ROWS, BLOCK_HC, L1_START - DISPATCH_START)  # fmt: skip
+            _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, E, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS,
+                          BLOCK_HC, L1_START - DISPATCH_START)  # fmt: skip
         if TRACE and part == 0:
             _trace_item(trace_ptr + item * TRACE_WORDS, started)
         taken += 1
@@ -674,7 +638,7 @@ def moe_persistent_gluon(
     logits_ptr, x_ptr, y_ptr, table, epoch_ptr, a_desc, h_desc, w1_desc, w2_desc, T, me, wait_ms, item_begin,
     item_end, trace_ptr,
     H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
-    E_LOC: gl.constexpr, EL_P2: gl.constexpr, T_MAX: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
+    E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
     ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
     BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
@@ -708,12 +672,12 @@ def moe_persistent_gluon(
     gl.warp_specialize([
         (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
-                     T_MAX, GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      TRACE)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
-                     T_MAX, GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      TRACE)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
