@@ -135,7 +135,7 @@ def test_persistent_kernel_compiles_with_wgmma_tma_and_bounded_waits(precision, 
     from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
 
     cfg = dataclasses.replace(aot.REPRESENTATIVE, precision=precision, world=world, num_experts=16 * world)
-    pc = choose_persistent(cfg)
+    pc = choose_persistent(cfg, gluon=False)
     launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
     options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
     compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32), options=options)
@@ -179,7 +179,7 @@ def test_persistent_kernel_with_tma_a_loads_l1s_rows_through_tma(precision, tmp_
     from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
 
     cfg = dataclasses.replace(aot.REPRESENTATIVE, precision=precision, world=1, num_experts=16)
-    pc = dataclasses.replace(choose_persistent(cfg), tma_a=True)
+    pc = dataclasses.replace(choose_persistent(cfg, gluon=False), tma_a=True)
     launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
     options = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
     compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32), options=options)

@@ -99,7 +99,7 @@ def test_schedule_regions_and_slices():
 @pytest.mark.parametrize("world", [1, 2])
 def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     cfg = dataclasses.replace(PRODUCTION, num_experts=16 * world, world=world, precision=precision)
-    pc = choose_persistent(cfg)  # the Triton kernel (the Gluon one: the next test)
+    pc = choose_persistent(cfg, gluon=False)  # the Triton kernel (the Gluon one: the next test)
     launch = persistent_launch(cfg, pc, 66)
     assert launch.grid == (66,) and launch.num_warps == pc.num_warps and launch.num_stages == pc.num_stages
     assert launch.name == ("moe_persistent_fp8" if precision == "fp8" else "moe_persistent")
@@ -239,17 +239,22 @@ def test_default_knobs():
     small = choose_persistent(MoEConfig(256, 192, 4, 4, 33))
     assert (small.block_m, small.block_n1, small.block_n2, small.num_warps) == (64, 64, 128, 4)
     persistent_launch(MoEConfig(256, 192, 4, 4, 33), small, 8)  # fits the shape
-    fp8 = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"))
+    fp8_cfg = dataclasses.replace(PRODUCTION, precision="fp8")
+    fp8 = choose_persistent(fp8_cfg, gluon=False)
     assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (128, 128, 256, 128, 4)
     assert fp8.route_tokens == 16 and fp8.tma_a
     assert (fp8.gluon, fp8.dispatch_rows, fp8.combine_rows) == (False, 8, 4)
-    # asked for, the Gluon kernel where it runs (fp8 at world 1), with smaller dispatch and combine items
-    fp8_gluon = choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8"), gluon=True)
-    assert (fp8_gluon.gluon, fp8_gluon.dispatch_rows, fp8_gluon.combine_rows) == (True, 4, 2)
-    assert not choose_persistent(dataclasses.replace(PRODUCTION, precision="fp8", num_experts=32, world=2),
-                                 gluon=True).gluon  # fmt: skip
-    assert not choose_persistent(PRODUCTION, gluon=True).gluon, "bf16 has no Gluon kernel"
-    assert persistent_config(dataclasses.replace(PRODUCTION, precision="fp8"), {"gluon": True}) == fp8_gluon
+    # by default the Gluon kernel where it runs (fp8 at world 1), with smaller dispatch and combine items
+    fp8_gluon = choose_persistent(fp8_cfg)
+    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, dispatch_rows=4, combine_rows=2)
+    assert not choose_persistent(dataclasses.replace(fp8_cfg, num_experts=32, world=2)).gluon
+    assert not choose_persistent(PRODUCTION).gluon, "bf16 has no Gluon kernel"
+    assert persistent_config(fp8_cfg, {}) == fp8_gluon
+    assert persistent_config(fp8_cfg, {"gluon": False}) == fp8
+    # knobs the Gluon kernel cannot run pick the Triton kernel, unless gluon is asked for
+    assert persistent_config(fp8_cfg, {"block_m": 64}) == dataclasses.replace(fp8, block_m=64)
+    with pytest.raises(ValueError, match="gluon needs block_m=128"):
+        persistent_launch(fp8_cfg, persistent_config(fp8_cfg, {"gluon": True, "block_m": 64}), 132)
     fp8_small = choose_persistent(MoEConfig(256, 256, 4, 4, 33, precision="fp8"))
     assert (fp8_small.block_m, fp8_small.num_stages, fp8_small.tma_a) == (64, 3, False)
 
@@ -297,7 +302,7 @@ def test_tma_a_knob_adds_the_sorted_rows_and_binds_their_descriptor(precision):
     """tma_a: a [pair capacity, H] buffer of the operand dtype, its pointer for dispatch and a descriptor of
     [block_m, K step] boxes for L1; without it both parameters are None."""
     cfg = dataclasses.replace(PRODUCTION, precision=precision)
-    pc = dataclasses.replace(choose_persistent(cfg), tma_a=True)
+    pc = dataclasses.replace(choose_persistent(cfg, gluon=False), tma_a=True)
     _, local = persistent_buffers(cfg, pc)
     assert ("a_sorted", (cfg.pair_capacity, cfg.hidden), cfg.operand_dtype) in local
     keys = dict(persistent_launch(cfg, pc, 132).params)
@@ -412,5 +417,5 @@ def test_fp8_gemms_settle_each_k_step_from_triton_3_7():
     assert [serializes_wgmma_in_flight_across_loops(parse_version(v)) for v in versions] == [
         False, True, True, True, True]  # fmt: skip
     fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
-    launch = persistent_launch(fp8, choose_persistent(fp8), 132)
+    launch = persistent_launch(fp8, choose_persistent(fp8, gluon=False), 132)
     assert launch.constexprs["SETTLE_WGMMA"] is serializes_wgmma_in_flight_across_loops()

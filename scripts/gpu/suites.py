@@ -313,24 +313,29 @@ def t3_experts(gpus: int) -> Suite:
 
 
 def t3_gluon(gpus: int) -> Suite:
-    """The persistent fp8 call in Gluon, warp-specialized, beside Triton's at world 1: the block-scaled tile
-    on dense matrices of the layer's shapes beside Triton's step and cuBLAS (``gemm_ceiling``), the call's
-    L1 and L2 items in both on the state a real call leaves (``gemm_phase``: the same h and y_pair checked,
-    then timed, random and skewed routing), the whole call with ``gluon=1`` checked at world 1, and the
-    benchmark of it beside its Triton twin, the launches, torch's grouped GEMMs and the dense ceiling."""
+    """The persistent fp8 call in Gluon, warp-specialized (the default at world 1), beside Triton's: the
+    block-scaled tile on dense matrices of the layer's shapes beside Triton's step and cuBLAS
+    (``gemm_ceiling``), the call's L1 and L2 items in both on the state a real call leaves (``gemm_phase``: the
+    same h and y_pair checked, then timed, random and skewed routing), the whole call checked at world 1 (the
+    small cases run the Triton kernel, the production load the Gluon one), the traced call in both and with
+    the knob sets of ``T3_TRACE_GLUON`` (separated by ``;``), and the benchmark beside its Triton twin, the
+    launches, torch's grouped GEMMs and the dense ceiling."""
     phase = ("python3", "-m", f"{T3}.gemm_phase")
+    sets = ["", "gluon=0", *filter(None, os.environ.get("T3_TRACE_GLUON", "").split(";"))]
+    configs = [arg for c in sets for arg in ("--config", c.strip())]
     return Suite("t3_gluon", [
-        Step("ceiling", ("python3", "-m", f"{T3}.gemm_ceiling", "--only", "gluon", "prefetch", "plain", "--stages",
-                         "3", "4", "--out", "{dir}"), 120),
+        Step("check", ("python3", "-m", f"{T3}.megamoe", "--impl", "persistent", "--precision", "fp8", "--cases",
+                       "small", "equiv", "--json", "{dir}/check.json"), 120),
+        Step("benchmark", ("python3", "-m", f"{T3}.benchmark", "--precision", "fp8", "--impls", "launches",
+                           "persistent", "--routing", "random", "skewed", "--ceilings", "--rep-ms", "200", "--out",
+                           "{dir}"), 150, benchmark=True),
+        Step("trace", ("python3", "-m", f"{T3}.trace_persistent", "--precision", "fp8", *configs, "--json",
+                       "{dir}/trace_fp8.json"), 30 + 25 * len(sets)),
         Step("phase_random", (*phase, "--json", "{dir}/phase_random.json"), 80),
         Step("phase_skewed", (*phase, "--routing", "skewed", "--json", "{dir}/phase_skewed.json"), 80),
-        Step("check_gluon", ("python3", "-m", f"{T3}.megamoe", "--impl", "persistent", "--precision", "fp8",
-                             "--cases", "small", "equiv", "--knob", "gluon=1", "--json", "{dir}/check_gluon.json"),
-             60),
-        Step("bench_gluon", ("python3", "-m", f"{T3}.benchmark", "--precision", "fp8", "--impls", "launches",
-                             "persistent", "--knob", "gluon=1", "--routing", "random", "skewed", "--ceilings",
-                             "--rep-ms", "200", "--out", "{dir}"), 180),
-    ], budget_s=540)  # fmt: skip
+        Step("ceiling", ("python3", "-m", f"{T3}.gemm_ceiling", "--only", "gluon", "prefetch", "plain", "--stages",
+                         "3", "4", "--out", "{dir}"), 120),
+    ], budget_s=570)  # fmt: skip
 
 
 def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:

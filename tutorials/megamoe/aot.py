@@ -66,9 +66,9 @@ def kernels(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[str,
 
 def launch_bindings(launch: KernelLaunch, cfg: MoEConfig, persistent: PersistentConfig | None = None) -> dict:
     """:func:`megamoe.meta_bindings` of ``launch`` in a layer of ``cfg``: with the knobs ``persistent``, default
-    the layer's, or the Gluon kernel's for its launch."""
-    if persistent is None and launch.name == GLUON_LAUNCH:
-        persistent = choose_persistent(cfg, gluon=True)
+    the layer's defaults for the kernel ``launch`` runs (Gluon or Triton)."""
+    if persistent is None:
+        persistent = choose_persistent(cfg, gluon=launch.name == GLUON_LAUNCH)
     return meta_bindings(cfg, persistent)
 
 

@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     h, i, e, k, t = args.shape
     cfg = MoEConfig(h, i, e, k, t, 1, "fp8")
-    pc = dataclasses.replace(choose_persistent(cfg), trace=args.trace)
-    gluon_pc = dataclasses.replace(pc, gluon=True, num_stages=args.stages)
+    pc = dataclasses.replace(choose_persistent(cfg, gluon=False), trace=args.trace)
+    gluon_pc = dataclasses.replace(choose_persistent(cfg), gluon=True, num_stages=args.stages, trace=args.trace)
     try:  # the Gluon kernel's rule (stages, tiles, the A rows in layout order), before the runtime starts
         persistent_launch(cfg, gluon_pc, 1)
     except ValueError as err:

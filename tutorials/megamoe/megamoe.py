@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impl", default="launches", choices=IMPLS, help="persistent: one launch per call")
     parser.add_argument(
         "--knob", action="append", default=[], metavar="NAME=VALUE",
-        help="impl persistent: a PersistentConfig field over choose_persistent's (e.g. gluon=1)",
+        help="impl persistent: a PersistentConfig field over choose_persistent's (e.g. gluon=0: the Triton kernel)",
     )  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the result rows here (rank 0)")
     args = parser.parse_args(argv)

@@ -71,13 +71,14 @@ class PersistentConfig:
     gluon: bool = False
 
 
-def choose_persistent(cfg: MoEConfig, gluon: bool = False) -> PersistentConfig:
+def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
     """Defaults for layer ``cfg``. fp8: N 128 per gate/up half in L1 and 256 in L2, 8 warps, weights through
     TMA, 16 tokens per route item; with more than 96 pairs per expert expected 128-row tiles, L1's A rows
     through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
-    64 rows), else 64 rows and 3 stages. ``gluon``, where its kernel runs (fp8 with those 128-row tiles at
-    world 1, H and I multiples of 256): the Gluon kernel, with 4 slots per dispatch item and 2 rows per
-    combine item (its first consumer runs them alone, so smaller items keep more programs at work). bf16
+    64 rows), else 64 rows and 3 stages. Where the Gluon kernel runs (fp8 with those 128-row tiles at
+    world 1, H and I multiples of 256), it unless ``gluon`` is False (the H200 ran the production load's
+    call 4-7 % faster than in the Triton kernel), with 4 slots per dispatch item and 2 rows per combine
+    item (its first consumer runs them alone, so smaller items keep more programs at work). bf16
     with more than 96 pairs per expert expected: 128 x 128 (x2) L1 and 128 x 256 L2 tiles, K 64, 8 warps,
     3 stages, L1's weights through TMA (faster than pointers on the H200, where L2's were not), half-row
     tail tiles (4-5 % faster at the production load; ptxas spills a few per-item values for them, none in
@@ -88,9 +89,8 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = False) -> PersistentConfig:
         big = rows > 96
         pc = PersistentConfig(block_m=128 if big else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
                               num_stages=4 if big else 3, tma_a=big, route_tokens=16)  # fmt: skip
-        if gluon and big and cfg.world == 1 and h % 256 == 0 and i % 256 == 0:
-            pc = dataclasses.replace(pc, gluon=True, dispatch_rows=4, combine_rows=2)
-        return pc
+        gluon_pc = dataclasses.replace(pc, gluon=True, dispatch_rows=4, combine_rows=2)
+        return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
     block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
     if rows > 96:
         return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
@@ -100,9 +100,15 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = False) -> PersistentConfig:
 
 
 def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig:
-    """:func:`choose_persistent`'s knobs for ``cfg`` (the Gluon kernel's where ``knobs`` asks for ``gluon``)
-    with ``knobs`` over them."""
-    return dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs.get("gluon"))), **knobs)
+    """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the Gluon kernel's where it runs
+    them, unless ``knobs`` sets ``gluon`` (False: the Triton kernel's; True: the Gluon kernel's, which
+    ``persistent_launch`` refuses where it cannot run), else the Triton kernel's (e.g. ``block_m=64``)."""
+    if "gluon" in knobs:
+        return dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs["gluon"])), **knobs)
+    pc = dataclasses.replace(choose_persistent(cfg), **knobs)
+    if pc.gluon and gluon_misfit(cfg, pc):
+        return dataclasses.replace(choose_persistent(cfg, gluon=False), **knobs)
+    return pc
 
 
 def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
@@ -116,6 +122,25 @@ def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
             raise ValueError(f"{pair!r}: use NAME=VALUE with NAME one of {sorted(fields)}")
         out[name] = value.lower() in ("1", "true", "yes") if fields[name] in (bool, "bool") else int(value)
     return out
+
+
+def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
+    """Why the Gluon kernel cannot run layer ``cfg`` with the knobs ``pc`` (its rule and what breaks it), or
+    None where it can."""
+    h, i = cfg.hidden, cfg.intermediate
+    if cfg.precision != "fp8" or cfg.world != 1 or h % 256 or i % 256:
+        return (f"runs fp8 at world 1 with hidden and intermediate multiples of 256 (the Gluon kernel has no pull "
+                f"or push between ranks; its consumers take two K blocks a step), got {cfg.precision}, world "
+                f"{cfg.world}, hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
+    tiles = (pc.block_m, pc.block_n2, pc.tma_a, pc.tma_w1, pc.tma_w2, 2 <= pc.num_stages <= 4)
+    if tiles != (128, 2 * FP8_BLOCK, True, True, True, True):
+        return (f"needs block_m=128, block_n2=256, tma_a, tma_w1 and tma_w2 and 2 to 4 stages (its tiles: two "
+                f"64-row consumers, 48 KB stages), got block_m={pc.block_m}, block_n2={pc.block_n2}, "
+                f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, num_stages={pc.num_stages}")  # fmt: skip
+    if pc.route_tokens < 2:
+        return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
+                f"{pc.route_tokens}")  # fmt: skip
+    return None
 
 
 def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
@@ -143,22 +168,8 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
             f"PersistentConfig.half_tail needs bf16, tma_h=False (the h descriptor's box is block_m rows) and "
             f"block_m >= 32 (tl.dot needs 16 rows), got {cfg.precision}, tma_h={pc.tma_h}, block_m={pc.block_m}"
         )
-    if pc.gluon and (cfg.precision != "fp8" or cfg.world != 1 or h % 256 or i % 256):
-        raise ValueError(
-            f"PersistentConfig.gluon runs fp8 at world 1 with hidden and intermediate multiples of 256 (the Gluon "
-            f"kernel has no pull or push between ranks; its consumers take two K blocks a step), got "
-            f"{cfg.precision}, world {cfg.world}, hidden {h}, intermediate {i}: set gluon=False"
-        )
-    gluon_tiles = (pc.block_m, pc.block_n2, pc.tma_a, pc.tma_w1, pc.tma_w2, 2 <= pc.num_stages <= 4)
-    if pc.gluon and gluon_tiles != (128, 2 * FP8_BLOCK, True, True, True, True):
-        raise ValueError(
-            f"PersistentConfig.gluon needs block_m=128, block_n2=256, tma_a, tma_w1 and tma_w2 and 2 to 4 stages "
-            f"(its tiles: two 64-row consumers, 48 KB stages), got block_m={pc.block_m}, block_n2={pc.block_n2}, "
-            f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, num_stages={pc.num_stages}"
-        )
-    if pc.gluon and pc.route_tokens < 2:
-        raise ValueError(f"PersistentConfig.gluon splits each route item's tokens between its two consumers: "
-                         f"route_tokens must be >= 2, got {pc.route_tokens}")  # fmt: skip
+    if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
+        raise ValueError(f"PersistentConfig.gluon {misfit}")
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
