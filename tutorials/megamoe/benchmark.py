@@ -29,9 +29,9 @@ rows are the medians of those maxima (p50/p90/p99 in ``rank_max_percentiles_ms``
 captured as a CUDA graph (rows ``*_graph``, the layer's time), at every world size. Achieved TFLOP/s
 per GPU counts the expert-GEMM FLOPs of ``tokens * top_k`` pairs (the average load of a rank) over the row's time.
 
-It also reports the roofline max(weight bytes / 4.27 TB/s, FLOPs / 713 TFLOP/s) of one rank (both
-measured on the H200, see the README; no communication) and the fraction of it reached. JSON goes to
-``--out`` (default ``$OUT`` or ``bench/results/``)::
+It also reports the roofline max(weight bytes / 4.27 TB/s, FLOPs / the precision's matmul rate: bf16
+713 TFLOP/s, fp8 1264) of one rank (all measured on the H200, see the README; no communication) and the
+fraction of it reached. JSON goes to ``--out`` (default ``$OUT`` or ``bench/results/``)::
 
     python -m tutorials.megamoe.benchmark                  # world 1, the production per-rank load
     python -m tutorials.megamoe.benchmark --impls launches persistent --routing random skewed --ceilings
@@ -68,7 +68,9 @@ from .persistent_launch import knob_overrides, persistent_config
 from .reference import reference, reference_bf16
 
 COPY_BW = 4.27e12  # bytes/s, device copy measured on the H200
-MATMUL_RATE = 713e12  # FLOP/s, bf16 matmul measured on the H200
+# FLOP/s of a dense matmul on the H200 by operand precision: bf16 measured alone; fp8 the dense ceiling row
+# (cuBLAS _scaled_mm with the production load's FLOPs as one matrix), so that fp8's roofline is its own
+MATMUL_RATES = {"bf16": 713e12, "fp8": 1264e12}
 
 
 # Phases of one call, each re-runnable alone on the data the previous call left (plan zeroes the
@@ -117,9 +119,9 @@ def _graph(layer: MegaMoE, x: torch.Tensor, logits: torch.Tensor, y: torch.Tenso
     return graph
 
 
-def roofline_s(weight_bytes: int, flops: int) -> float:
-    """The floor of one call: max of reading the weights once and doing the expert FLOPs."""
-    return max(weight_bytes / COPY_BW, flops / MATMUL_RATE)
+def roofline_s(weight_bytes: int, flops: int, precision: str) -> float:
+    """The floor of one call: max of reading the weights once and doing the expert FLOPs in ``precision``."""
+    return max(weight_bytes / COPY_BW, flops / MATMUL_RATES[precision])
 
 
 def _median_ms(fn: Callable[[], object], rep_ms: int) -> float:
@@ -310,7 +312,7 @@ def _bench_routing(
     weight_bytes, flops = cfg.weight_bytes(), cfg.flops(pairs)
     tflops = {name: flops / (rows[f"{name}_ms"] * 1e-3) / 1e12 for name in timed if counts_flops(name)}
     layer_row = f"{_ROW_PREFIX[first]}_graph"
-    roof_ms = roofline_s(weight_bytes, flops) * 1e3
+    roof_ms = roofline_s(weight_bytes, flops, args.precision) * 1e3
     fractions = {f"fraction_{name}": roof_ms / rows[f"{name}_ms"] for name in timed if counts_flops(name)}
     result = {
         **run_metadata(),
@@ -347,7 +349,7 @@ def _bench_routing(
             "weight_bytes": weight_bytes,
             "flops": flops,
             "copy_bw": COPY_BW,
-            "matmul_rate": MATMUL_RATE,
+            "matmul_rate": MATMUL_RATES[args.precision],
             "roofline_ms": roof_ms,
             **fractions,
         },
