@@ -78,6 +78,9 @@ from .persistent import (
 from .quant import AMAX_FLOOR, FP8_MAX
 
 QBLOCK = gl.constexpr(128)  # the fp8 scale block: a K step, an L1 tile's gate (or up) columns
+# sched's per-expert pair counts at world 1 (COMB_DONE has one word), then its tokens-planned count; the
+# per-M-tile counts start at the kernel's LANDED (``Schedule.landed_word``): rows landed, L1 done, L2 done
+PAIR_COUNT = gl.constexpr(COMB_DONE.value + 1)
 RING = gl.constexpr(1)  # items handed out and not yet taken up by the consumers (see _take)
 PARTS = gl.constexpr(2)  # consumers: each counts its half of a route, L1 or L2 item
 _FP8_MAX = gl.constexpr(FP8_MAX)
@@ -238,9 +241,9 @@ def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H: gl.constexpr,
 @gluon.jit
 def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free,
             table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
-            E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
+            E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
             L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
-            TRACE: gl.constexpr):  # fmt: skip
+            LANDED: gl.constexpr, TRACE: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -248,7 +251,6 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, e
     them ``item_end``, which ends their loops."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
-    LANDED: gl.constexpr = COMB_DONE + 1 + E + 1  # sched's words at world 1, as moe_persistent's
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
     step = 0
@@ -356,7 +358,6 @@ def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.con
     the token), and their ROUTE_COLS columns of the chunk quantized."""
     CHUNKS: gl.constexpr = H // ROUTE_COLS
     ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
-    PAIR_COUNT: gl.constexpr = COMB_DONE + 1  # sched's words at world 1, as moe_persistent's
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
     L: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])  # a token's experts within a warp
     ch = item % CHUNKS
@@ -383,7 +384,6 @@ def _plan_item(r, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
                N_ROUTE: gl.constexpr):  # fmt: skip
     """``persistent._plan_item`` for destination r, in one partition: once every route item is done, the
     tokens and pairs per expert r gets into send_count[r] / send_pairs[r], then this rank's plan flag on r."""
-    PAIR_COUNT: gl.constexpr = COMB_DONE + 1
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + ROUTE_DONE, PARTS * N_ROUTE, WAIT_ROUTE, me, wait_ms)
@@ -420,14 +420,13 @@ def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.const
 
 
 @gluon.jit
-def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
-                   K_P2: gl.constexpr, EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr,
-                   BLOCK_HA: gl.constexpr):  # fmt: skip
+def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
+                   EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr,
+                   LANDED: gl.constexpr):  # fmt: skip
     """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
     every expert local): its tokens' routing copied, their pairs placed at their layout positions
     (sorted_row, inv_pos) and their A rows copied there (a_sorted), then counted landed in their M tiles."""
     ROWS: gl.constexpr = DISPATCH_ROWS
-    LANDED: gl.constexpr = COMB_DONE + 1 + E + 1  # sched's words at world 1, as moe_persistent's
     # [tokens, pairs, columns]: a row's 16-byte pieces over a warp, the tokens over the warps (each row loaded once)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 1, 32], [4, 1, 1], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
@@ -470,14 +469,14 @@ def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, E: gl.constexpr, K:
 
 
 @gluon.jit
-def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, E: gl.constexpr, K: gl.constexpr,
-                  K_P2: gl.constexpr, EL_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-                  BLOCK_HC: gl.constexpr, N_DISPATCH: gl.constexpr):  # fmt: skip
+def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
+                  EL_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
+                  N_DISPATCH: gl.constexpr, LANDED: gl.constexpr):  # fmt: skip
     """Combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot is the token): once the
     L2 tiles of its tokens' pairs are done, each token's weighted sum of its pairs' y_pair into y."""
     ROWS: gl.constexpr = COMBINE_ROWS
     N2: gl.constexpr = H // (2 * QBLOCK)
-    L2_DONE: gl.constexpr = COMB_DONE + 1 + E + 1 + 2 * M_TILES  # sched's words at world 1, as moe_persistent's
+    L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
     # [tokens, pairs, columns]: 16 bytes of a pair's row a thread, the pairs of a token within a warp
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 2, 16], [2, 1, 2], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
@@ -547,16 +546,16 @@ def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
 
 @gluon.jit
 def _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
-               E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
+               E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
                M_TILES: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, ROW0: gl.constexpr,
-               STAGES: gl.constexpr):  # fmt: skip
+               STAGES: gl.constexpr, LANDED: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of GEMM item ``item`` from the stages (``step`` on; returns the next step): L1,
     SwiGLU and h quantized, counted in its M tile's L1 count; L2 into y_pair, counted in its L2 count."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     KB1: gl.constexpr = H // QBLOCK
     KB2: gl.constexpr = INTER // QBLOCK
-    L1_DONE: gl.constexpr = COMB_DONE + 1 + E + 1 + M_TILES  # sched's words at world 1, as moe_persistent's
+    L1_DONE: gl.constexpr = LANDED + M_TILES
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QBLOCK, 32])
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     n_mt = gl.load(layout_ptr, cache_modifier=".cg")  # the loader handed the item out once the layout was done
@@ -597,7 +596,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
               BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
               DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
-              COMBINE_START: gl.constexpr, STAGES: gl.constexpr, TRACE: gl.constexpr):  # fmt: skip
+              COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
+              TRACE: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM and route item the loader hands this program, in that
     order; the plan, layout, dispatch and combine items in the first consumer alone (TRACE, the first
     consumer: when it took each item, when it finished it and its SM, in the item's trace row)."""
@@ -618,15 +618,15 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
                 _layout_item(me, epoch, wait_ms, table, E_LOC, EL_P2)
         elif item < L1_START:
             if part == 0:  # as measured; split between the consumers it has not been timed
-                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, H, E, K, K_P2, EL_P2, DISPATCH_ROWS,
-                               BLOCK_HA)  # fmt: skip
+                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, H, K, K_P2, EL_P2, DISPATCH_ROWS, BLOCK_HA,
+                               LANDED)  # fmt: skip
                 _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
         elif item < COMBINE_START:
-            step = _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, E, E_LOC, EL_P2,
-                              GROUP_M, M_TILES, L1_START, L2_START, part * CONSUMER_ROWS, STAGES)  # fmt: skip
+            step = _gemm_part(item, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, E_LOC, EL_P2,
+                              GROUP_M, M_TILES, L1_START, L2_START, part * CONSUMER_ROWS, STAGES, LANDED)  # fmt: skip
         elif part == 0:  # with route, dispatch and combine all in both, ptxas serialized the GEMMs' wgmma
-            _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, E, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS,
-                          BLOCK_HC, L1_START - DISPATCH_START)  # fmt: skip
+            _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS,
+                          BLOCK_HC, L1_START - DISPATCH_START, LANDED)  # fmt: skip
         if TRACE and part == 0:
             _trace_item(trace_ptr + item * TRACE_WORDS, started)
         taken += 1
@@ -642,8 +642,8 @@ def moe_persistent_gluon(
     ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
     BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
-    N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
+    N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
 ):  # fmt: skip
     """One fp8 call of the layer at world 1 on this rank: items [item_begin, item_end) of the persistent
     schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program of 4 warps
@@ -674,15 +674,15 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     TRACE)),
+                     LANDED, TRACE)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     TRACE)),
+                     LANDED, TRACE)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
-                   item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, E, E_LOC, EL_P2, GROUP_M,
-                   M_TILES, L1_START, L2_START, COMBINE_START, STAGES, TRACE)),
+                   item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, E_LOC, EL_P2, GROUP_M,
+                   M_TILES, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

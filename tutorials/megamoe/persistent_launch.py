@@ -371,8 +371,8 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows,
         BLOCK_HA=row_block(cfg.hidden, GLUON_DISPATCH_BYTES // pc.dispatch_rows),
         BLOCK_HC=row_block(cfg.hidden, GLUON_COMBINE_VALUES // pc.combine_rows),
-        **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), STAGES=pc.num_stages,
-        CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
+        **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
+        STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon", moe_persistent_gluon, tuple(params), constexprs, grid=(programs,),
                         num_warps=4, num_stages=1)  # fmt: skip
