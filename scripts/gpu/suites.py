@@ -251,14 +251,14 @@ def t3_persistent(gpus: int) -> Suite:
     bench = ("python3", "-m", f"{T3}.benchmark", "--impls", "launches", "persistent", "--routing", "random",
              "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
     return Suite("t3_persistent", [
-        Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", "--json", "{dir}/correct.json"), 80),
+        Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", "--json", "{dir}/correct.json"), 70),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "--json", "{dir}/correct.json"),
-             70),
-        Step("benchmark_bf16", (*bench, "--precision", "bf16"), 80, benchmark=True),
-        Step("benchmark_fp8", (*bench, "--precision", "fp8"), 75, benchmark=True),
+             100),  # the production load compiles the Gluon kernel too (each step took about 30 s before)
+        Step("benchmark_bf16", (*bench, "--precision", "bf16"), 70, benchmark=True),
+        Step("benchmark_fp8", (*bench, "--precision", "fp8"), 90, benchmark=True),  # Gluon and its Triton twin
         Step("w2_bf16_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", "--impl", "persistent", "--iters", "3",
                                                  "--cases", "small", "--json", "{dir}/correct.json",
-                                                 standalone=False), 85, shared_gpu=True),
+                                                 standalone=False), 75, shared_gpu=True),
         Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", "--impl", "persistent", "--iters", "3",
                                                 "--precision", "fp8", "--cases", "small", "--routing", "skewed",
                                                 "--json", "{dir}/correct.json", standalone=False), 55,
@@ -489,7 +489,7 @@ def multi_gpu(gpus: int) -> Suite:
     steps = [Step("toolchain", ("python3", "-c", TOOLCHAIN), 20)]
     if "3" in wanted:  # the same per-rank load at world 1, timed as the world-W runs are
         steps += [Step(f"t3_bench_w1_{p}", ("python3", "-m", f"{T3}.benchmark", "--precision", p, "--timing", "events",
-                                            *t3_bench), 50 if p == "bf16" else 45, benchmark=True)
+                                            *t3_bench), 50 if p == "bf16" else 90, benchmark=True)
                   for p in ("bf16", "fp8")]  # fmt: skip
     if "1" in wanted:
         steps.append(Step("t1_compile", ("python3", "-m", f"{T1}.aot", "--warm", "2048", "4096", "7168", "8192",
