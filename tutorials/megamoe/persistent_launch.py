@@ -46,7 +46,8 @@ class PersistentConfig:
     its L1 and L2 tiles at half the rows, its A rows gathered even where ``tma_a`` (random routing leaves
     many such tiles nearly empty). ``gluon`` (fp8 at world 1): the call runs as
     ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
-    256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages).
+    256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages; :func:`gluon_misfit`
+    says where it runs, and :func:`choose_persistent` turns it on there).
     """
 
     block_m: int = 64
