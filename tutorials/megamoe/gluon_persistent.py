@@ -91,7 +91,11 @@ QBLOCK = gl.constexpr(128)  # the fp8 scale block: a K step, an L1 tile's gate (
 PAIR_COUNT = gl.constexpr(COMB_DONE.value + 1)
 RING = gl.constexpr(1)  # items handed out and not yet taken up by the consumers (see _take)
 # A ring slot's words: the item, then a GEMM item's M tile, N tile, local expert, first pair and end of the
-# expert's pairs (the loader derives them from the layout once; the consumers start on the item at once)
+# expert's pairs (the loader derives them from the layout once; the consumers start on the item at once),
+# padded to a power of two
+SLOT_FIELDS = ("item", "pid_m", "pid_n", "expert", "row0", "row_end")
+(SLOT_ITEM, SLOT_PID_M, SLOT_PID_N, SLOT_EXPERT, SLOT_ROW0, SLOT_ROW_END) = (
+    gl.constexpr(i) for i in range(len(SLOT_FIELDS)))  # fmt: skip
 SLOT_WORDS = gl.constexpr(8)
 PARTS = gl.constexpr(2)  # consumers: each counts its half of a route, L1 or L2 item
 _FP8_MAX = gl.constexpr(FP8_MAX)
@@ -181,8 +185,8 @@ def _pair_tiles(layout_ptr, e, pos, owned, EL_P2: gl.constexpr):
 @gluon.jit
 def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.constexpr, N1: gl.constexpr,
                N2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr):  # fmt: skip
-    """(is L2, M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the
-    call's ``n_mt`` M tiles)."""
+    """(M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the call's
+    ``n_mt`` M tiles)."""
     is_l2 = item >= L2_START
     if is_l2:
         pid_m, pid_n = _tile_of(item - L2_START, n_mt, N2, GROUP_M)
@@ -208,8 +212,11 @@ def _publish(items, item_full, taken, item, pid_m, pid_n, expert, row0, row_end)
     consumers through its slot (:func:`_wait_slot` first)."""
     s = taken % RING
     w = gl.arange(0, SLOT_WORDS, layout=gl.BlockedLayout([1], [32], [1], [0]))
-    words = gl.where(w == 0, item, gl.where(w == 1, pid_m, gl.where(w == 2, pid_n, gl.where(
-        w == 3, expert, gl.where(w == 4, row0, row_end)))))  # fmt: skip
+    words = gl.where(w == SLOT_ROW0, row0, row_end)  # row_end in SLOT_ROW_END and the padding
+    words = gl.where(w == SLOT_EXPERT, expert, words)
+    words = gl.where(w == SLOT_PID_N, pid_n, words)
+    words = gl.where(w == SLOT_PID_M, pid_m, words)
+    words = gl.where(w == SLOT_ITEM, item, words)
     items.index(s).store(words)
     mbarrier.arrive(item_full.index(s), count=1)
 
@@ -593,9 +600,9 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
     KB2: gl.constexpr = INTER // QBLOCK
     L1_DONE: gl.constexpr = LANDED + M_TILES
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QBLOCK, 32])
-    is_l2 = _word(slot, 0) >= L2_START
-    pid_m, pid_n, expert = _word(slot, 1), _word(slot, 2), _word(slot, 3)
-    row0, row_end = _word(slot, 4), _word(slot, 5)
+    is_l2 = _word(slot, SLOT_ITEM) >= L2_START
+    pid_m, pid_n, expert = _word(slot, SLOT_PID_M), _word(slot, SLOT_PID_N), _word(slot, SLOT_EXPERT)
+    row0, row_end = _word(slot, SLOT_ROW0), _word(slot, SLOT_ROW_END)
     hs_ptr = _buffer(table, H_SCALE, gl.float32)
     done = _buffer(table, SCHED, gl.int32) + L1_DONE + is_l2.to(gl.int32) * M_TILES + pid_m  # L1's count, or L2's
     # The item's first stage has landed: the loader has passed the item's wait, so what it waited for
@@ -641,7 +648,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
     step = 0
     taken = 0
     slot = _receive(items, item_full, item_free, taken)
-    item = _word(slot, 0)
+    item = _word(slot, SLOT_ITEM)
     while item < item_end:
         if TRACE and part == 0:
             started = _globaltimer()
@@ -669,7 +676,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             _trace_item(trace_ptr + item * TRACE_WORDS, started)
         taken += 1
         slot = _receive(items, item_full, item_free, taken)
-        item = _word(slot, 0)
+        item = _word(slot, SLOT_ITEM)
 
 
 @gluon.jit(do_not_specialize=["T", "me", "wait_ms", "item_begin", "item_end"])
