@@ -10,7 +10,7 @@ import re
 
 import pytest
 from conftest import aot, assert_bounded_wait, entry_lines, entry_param
-from kernels.bounded_wait_kernels import wait_flag_kernel, wait_signal_kernel
+from kernels.bounded_wait_kernels import wait_flag_kernel, wait_flag_reload_kernel, wait_signal_kernel
 
 from triton_raw_ext.knobs import knobs, wait_timeout_ms
 
@@ -36,6 +36,16 @@ def test_the_flag_is_read_with_acquire_at_system_scope_and_the_spin_sleeps(flag_
     assert len(re.findall(r"ld\.acquire\.sys\.b32", body)) == 2  # the first look, then the spin
     assert "nanosleep" in body
     assert not re.search(r"\bcall(?:\.uni)?\s", body)  # the exported wait and its report are inlined
+
+
+def test_the_reload_mode_polls_with_volatile_loads_then_acquires_once_at_gpu_scope_without_a_fence():
+    ptx = aot(wait_flag_reload_kernel, FLAG_SIGNATURE).asm["ptx"]
+    assert_bounded_wait(ptx, entry_param(ptx, list(FLAG_SIGNATURE).index("wait_ms")))
+    body = "\n".join(entry_lines(ptx))
+    assert len(re.findall(r"ld\.volatile\.b32\s+%r\d+, \[%rd7\]", body)) == 2  # the first look, the spin
+    assert len(re.findall(r"ld\.acquire\.gpu\.b32", body)) == 1
+    # no GPU-scope fence (the expired path's report has its system-scope ones)
+    assert not re.search(r"fence\.(?:sc|acq_rel)\.gpu|membar\.gl|ld\.acquire\.sys", body)
 
 
 def test_the_clock_is_read_once_every_256_spins(flag_ptx):

@@ -127,6 +127,10 @@ def moe_wait_flag_async(flag, epoch, what, me, peer, timeout_ms): ...
 def moe_signal_async(flag_sym, value, pe): ...
 
 
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_fence_gpu(): ...
+
+
 # ----------------------------------------------------------------------------- small helpers
 
 
@@ -143,12 +147,14 @@ def _cumsum(x, axis: gl.constexpr):
 
 @gluon.jit
 def _div_rn_by(v, scale):
-    """``gl.div_rn(v, scale)`` (the correctly rounded quotient) for positive normal ``scale`` broadcast over v:
-    one IEEE reciprocal per scale, then per value a product and one FMA correction. With the reciprocal
-    correctly rounded and no overflow, the corrected quotient is the correctly rounded one (Markstein), and
-    a quotient in the subnormal range (|v / scale| < 2**-126) is far below e4m3's smallest value either way;
-    zeros keep their sign. ``gl.div_rn`` per value is a reciprocal and a branch to its slow path's check each
-    time, one after another: an L1 item's SwiGLU and quantization of h took 8.1 us with it, 5.2 with this."""
+    """v / scale for positive normal ``scale`` broadcast over v: one IEEE reciprocal per scale, then per value a
+    product and one FMA correction. It is ``gl.div_rn(v, scale)`` bit for bit where |v| >= 2**-100 and the
+    quotient is normal (the residual v - scale * q is then a normal float, exact from the FMA, and with the
+    reciprocal correctly rounded the corrected quotient is the correctly rounded one: Markstein). Below, it
+    keeps v's sign; a row's fp8 scale is at least AMAX_FLOOR / FP8_MAX (about 2**-49), so such a value
+    quantizes to a zero of its sign either way. ``gl.div_rn`` per value is a reciprocal and a branch to its
+    slow path's check each time, one after another: an L1 item's SwiGLU and quantization of h took 8.1 us
+    with it, 5.2 with this."""
     inv = gl.div_rn(gl.full_like(scale, 1.0), scale)
     q = v * inv
     q = gl.fma(gl.fma(-scale, q, v), inv, q)
@@ -511,7 +517,8 @@ def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, K: gl.constexpr, K_
             vals = following
         gl.store(a_sorted + pair_at + (H - BLOCK_HA), vals, mask=mk[:, :, None])
         _barrier()  # the rows and pairs placed, by every thread, before the counts
-        gl.atomic_add(sched + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=mk, sem="release",
+        moe_fence_gpu()  # then relaxed counts (a release count per pair fenced per pair: 8 fences a thread)
+        gl.atomic_add(sched + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=mk, sem="relaxed",
                       scope="gpu")  # fmt: skip
 
 

@@ -134,13 +134,15 @@ extern "C" __device__ int moe_wait_each(const int *counter, int expected, int wh
 // moe_wait_count for one partition of a warp-specialized program (gluon_persistent.py), called with
 // scalars or elementwise: every calling thread waits itself, with no CTA barrier, since the other
 // partitions do not call it. Its partition shares the SM with partitions at work, so it polls gently:
-// volatile loads MOE_POLL_NS apart, then one GPU-scope fence (acquire; an acquire load in every spin
-// held the working partitions back). Then the asynchronous proxy is ordered after the wait, as the
-// loader's next reads are TMA loads of what the counted work stored with ordinary stores.
+// volatile loads MOE_POLL_NS apart, then one acquire load of the counter (an acquire load in every spin
+// held the working partitions back; a fence instead of the last one waits for the thread's own stores
+// too: combine items took 12.6 us with it, 11.9 without, on the H200). Counters only grow within a
+// call. Then the asynchronous proxy is ordered after the wait, as the loader's next reads are TMA loads
+// of what the counted work stored with ordinary stores.
 #define MOE_POLL_NS 100
 extern "C" __device__ int moe_wait_async(const int *counter, int expected, int what, int me, int timeout_ms) {
-  triton_raw_wait_ge<TRITON_RAW_ACQUIRE_FENCE_GPU>(counter, expected, moe_wait_names[what], me, me, timeout_ms,
-                                                   MOE_POLL_NS);
+  triton_raw_wait_ge<TRITON_RAW_ACQUIRE_RELOAD_GPU>(counter, expected, moe_wait_names[what], me, me, timeout_ms,
+                                                    MOE_POLL_NS);
   asm volatile("fence.proxy.async.global;" ::: "memory");
   return 0;
 }
@@ -181,6 +183,12 @@ extern "C" __device__ void moe_signal(long long *flag_sym, long long value, int 
     asm volatile("st.release.sys.b64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
   }
 }
+
+// A GPU-scope release fence by each calling thread (fence.acq_rel.gpu): its stores, and those its
+// partition's barrier ordered before the call, are visible before its later stores and atomics. Once per
+// thread before relaxed counts, not a release atomic per count: each of those fences again, and each
+// fence waits for the thread's stores in flight.
+extern "C" __device__ void moe_fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 // moe_signal for one partition of a warp-specialized program, which has passed its own barrier before the
 // call (a CTA barrier would wait for the other partitions): the first thread of each calling warp fences

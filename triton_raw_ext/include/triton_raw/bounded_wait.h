@@ -11,7 +11,11 @@
  *   TRITON_RAW_ACQUIRE_LOAD_SYS (default): every load of the flag is ld.acquire.sys;
  *   TRITON_RAW_ACQUIRE_FENCE_GPU: volatile loads, as nvshmem_signal_wait_until's, then
  *     __threadfence() once the value is seen (NVSHMEM's own pattern; in kernels with many waits it
- *     left ptxas more registers than acquire loads did).
+ *     left ptxas more registers than acquire loads did);
+ *   TRITON_RAW_ACQUIRE_RELOAD_GPU: volatile loads, then one ld.acquire.gpu of the flag once the value
+ *     is seen, which it returns (for flags that only grow and are raised on this GPU). No fence: the
+ *     fence waits for the thread's earlier memory operations too, e.g. a producer warp's loads in
+ *     flight (6 us a wait in Tutorial 3's loader on the H200).
  *
  * The bound: a wait that has not seen the value after `timeout_ms` milliseconds of %globaltimer
  * traps (PTX `trap`): the launch fails and the host's next synchronisation raises a CUDA error,
@@ -58,12 +62,12 @@ enum { TRITON_RAW_REPORT_NONE, TRITON_RAW_REPORT_WRITING, TRITON_RAW_REPORT_WRIT
 #define TRITON_RAW_WAIT_REPORT_NS 100000000ull
 static __device__ unsigned int triton_raw_wait_report_state;
 
-enum { TRITON_RAW_ACQUIRE_LOAD_SYS, TRITON_RAW_ACQUIRE_FENCE_GPU };
+enum { TRITON_RAW_ACQUIRE_LOAD_SYS, TRITON_RAW_ACQUIRE_FENCE_GPU, TRITON_RAW_ACQUIRE_RELOAD_GPU };
 
 template <int Acquire, typename T>
 static __device__ __forceinline__ T triton_raw_load_flag(const T *flag) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "triton_raw_wait_ge waits on 32- or 64-bit integers");
-  if constexpr (Acquire == TRITON_RAW_ACQUIRE_FENCE_GPU) {
+  if constexpr (Acquire != TRITON_RAW_ACQUIRE_LOAD_SYS) {
     return *(const volatile T *)flag;
   } else if constexpr (sizeof(T) == 8) {
     unsigned long long seen;
@@ -72,6 +76,20 @@ static __device__ __forceinline__ T triton_raw_load_flag(const T *flag) {
   } else {
     unsigned int seen;
     asm volatile("ld.acquire.sys.b32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+    return (T)seen;
+  }
+}
+
+/* One ld.acquire.gpu of a 32- or 64-bit flag. */
+template <typename T>
+static __device__ __forceinline__ T triton_raw_acquire_gpu(const T *flag) {
+  if constexpr (sizeof(T) == 8) {
+    unsigned long long seen;
+    asm volatile("ld.acquire.gpu.b64 %0, [%1];" : "=l"(seen) : "l"(flag) : "memory");
+    return (T)seen;
+  } else {
+    unsigned int seen;
+    asm volatile("ld.acquire.gpu.b32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
     return (T)seen;
   }
 }
@@ -137,6 +155,7 @@ static __device__ __forceinline__ T triton_raw_wait_ge(const T *flag, T expected
     }
   }
   if constexpr (Acquire == TRITON_RAW_ACQUIRE_FENCE_GPU) __threadfence();
+  if constexpr (Acquire == TRITON_RAW_ACQUIRE_RELOAD_GPU) seen = triton_raw_acquire_gpu(flag);
   return seen;
 }
 
