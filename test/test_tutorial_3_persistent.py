@@ -352,6 +352,30 @@ def test_trace_summary_per_region():
     assert len(format_summary(summarize(trace, sch, rows, 128))) == 2 + 4 + 1
 
 
+def test_trace_summary_sets_apart_the_gemm_items_started_after_dispatch():
+    """Dispatch ends at 6 us: the L1 item started at 5 us (waiting 3) is not settled, the one at 7 us is."""
+    import numpy as np
+
+    from tutorials.megamoe.trace_persistent import format_summary, summarize
+
+    cfg = dataclasses.replace(PRODUCTION, max_tokens=64)
+    s = schedule(cfg, choose_persistent(cfg)).starts()
+    trace = np.zeros((s["N_ITEMS"], len(persistent.TRACE_FIELDS)), dtype=np.int64)
+    base = 1_000_000
+    trace[s["DISPATCH_START"]] = [base, 0, base + 6000, 0]
+    trace[s["L1_START"]] = [base + 5000, base + 8000, base + 10000, 1]
+    trace[s["L1_START"] + 1] = [base + 7000, base + 7500, base + 9000, 2]
+    trace[s["L2_START"]] = [base + 10000, base + 10000, base + 12000, 1]
+    out = summarize(trace, schedule(cfg, choose_persistent(cfg)))
+    l1, l2 = out["regions"]["l1"], out["regions"]["l2"]
+    assert (l1["settled_items"], l1["settled_mean_item_us"], l1["settled_mean_wait_us"]) == (1, 2.0, 0.5)
+    assert (l2["settled_items"], l2["settled_mean_item_us"]) == (1, 2.0)
+    assert "settled_items" not in out["regions"]["dispatch"]
+    assert "  1 started after the last dispatch item: 2.00 us each (0.50 waiting)" in format_summary(out)
+    trace[s["DISPATCH_START"]] = 0  # no dispatch item ran: nothing to set apart
+    assert "settled_items" not in summarize(trace, schedule(cfg, choose_persistent(cfg)))["regions"]["l1"]
+
+
 def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
     """Experts of 130, 0, 5 and 128 pairs make M tiles of 128, 2, 5 and 128 pairs; L1's items (12 N tiles)
     walk them in groups of 8 M tiles, M fastest inside: pairs 128, 2, 5, 128, then the next N tile."""

@@ -4,8 +4,8 @@ With ``PersistentConfig.trace`` every work item writes when a program took it, w
 items), when it finished (%globaltimer) and its SM (``persistent.TRACE_FIELDS``). :func:`summarize` turns
 those rows into a per-region table: items run, when the region's first item started and its last
 ended (us from the call's first item), the items' busy time, the part of it spent waiting (GEMM
-items), the mean and longest item, for the GEMM regions the items on experts' last, partial M tiles
-apart; and the call's span and how busy its programs were. ``main``
+items), the mean and longest item, for the GEMM regions the items started after the last dispatch item
+and those on experts' last, partial M tiles apart; and the call's span and how busy its programs were. ``main``
 builds a traced layer per ``--config`` at world 1 (the production per-rank load by default), times it
 (median of ``triton.testing.do_bench``, eager, so the trace's own stores are in the time) and prints
 the table of its last call::
@@ -63,13 +63,17 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     ``item_rows`` (:func:`gemm_item_rows`) its regions also report their items on M tiles of fewer than
     ``block_m`` pairs (experts' last tiles): ``tail_items``, ``tail_mean_item_us``, ``tail_mean_wait_us``,
     ``tail_mean_rows``, the full tiles' ``full_mean_item_us`` and ``full_mean_wait_us``, and ``idle_items``:
-    items taken past the call's M tiles, which only end the region."""
+    items taken past the call's M tiles, which only end the region. The GEMM regions also report their items
+    that started once the last dispatch item had ended (``settled_items``, ``settled_mean_item_us``,
+    ``settled_mean_wait_us``): the region's means mix them with the first items, which wait for dispatch."""
     ran = trace[:, END] > 0
     if not ran.any():
         raise ValueError("summarize: no item of the trace ran (was the layer built with trace=True?)")
     t0, t_end = trace[ran, START].min(), trace[ran, END].max()
     starts = schedule.starts()
     bounds = [0, *(starts[f"{r.upper()}_START"] for r in Schedule.REGIONS[1:]), starts["N_ITEMS"]]
+    dispatch = trace[starts["DISPATCH_START"] : starts["L1_START"]]
+    dispatched = dispatch[dispatch[:, END] > 0]
     regions = {}
     for name, lo, hi in zip(Schedule.REGIONS, bounds, bounds[1:], strict=False):
         rows = trace[lo:hi][ran[lo:hi]]
@@ -86,6 +90,13 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
             "mean_item_us": float(took.mean()),
             "max_item_us": float(took.max()),
         }
+        if name in ("l1", "l2") and len(dispatched):
+            settled = rows[:, START] >= dispatched[:, END].max()
+            regions[name].update({
+                "settled_items": int(settled.sum()),
+                "settled_mean_item_us": _mean(took, settled),
+                "settled_mean_wait_us": _mean(waited, settled),
+            })  # fmt: skip
         if item_rows is not None and name in item_rows:
             pairs = item_rows[name][ran[lo:hi]]
             tail, full = (pairs > 0) & (pairs < block_m), pairs >= block_m
@@ -131,6 +142,9 @@ def format_summary(summary: dict) -> list[str]:
         lines.append(f"{name:<9} {r['items']:6d} {r['first_start_us']:9.1f} {r['last_end_us']:9.1f} "
                      f"{r['busy_us']:10.1f} {waiting:8.0%} {r['mean_item_us']:8.2f} "
                      f"{r['max_item_us']:8.2f}")  # fmt: skip
+        if "settled_items" in r:
+            lines.append(f"  {r['settled_items']} started after the last dispatch item: "
+                         f"{r['settled_mean_item_us']:.2f} us each ({r['settled_mean_wait_us']:.2f} waiting)")
         if "tail_items" in r:
             lines.append(f"  {r['tail_items']} on experts' last, partial M tiles ({r['tail_mean_rows']:.1f} pairs "
                          f"on average): {r['tail_mean_item_us']:.2f} us each ({r['tail_mean_wait_us']:.2f} waiting); "
