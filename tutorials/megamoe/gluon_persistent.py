@@ -20,14 +20,15 @@ Per program, three partitions::
 Measured on the H200 (production load, random routing, traced): an L1 item on a full M tile takes 36.9 us
 against 33 us for the same tile on dense matrices (``gluon_scaled_tiles``): its first stage lands 2.5 us
 after the consumers take it (on average; the first L1 items wait for dispatch), its K loop ends 30.2 us
-in, SwiGLU and h's quantization take 5.2 us, in both consumers at once. With
-its wgmmas and rescales skipped (timing only) an item took 25.6 us of 40, with its loads skipped 38.7,
-with every expert's weights replaced by the first one's (held in L2) 35.8: the K loop is bound by its
-tensor-core work, a little by streaming the weights from HBM, not by its loads.
+in, SwiGLU and h's quantization take 5.2 us, in both consumers at once. With its wgmmas and rescales
+skipped (timing only) an item took 25.6 us of 40, with its loads skipped 38.7, with every expert's
+weights replaced by the first one's (held in L2) 35.8: the K loop is bound by its tensor-core work, a
+little by streaming the weights from HBM, not by its loads.
 
 The math is the Triton kernel's: top-k with ties to the lower id, x quantized per token and 128 columns
-with IEEE division (the same e4m3 bits and scales), the block-scaled K loop of ``gluon_scaled_tiles``,
-SwiGLU and h quantized per pair and 128 columns, y_pair in bf16 and each token's weighted sum of its pairs.
+with IEEE division (the same e4m3 bits and scales, by :func:`_div_rn_by`), the block-scaled K loop of
+``gluon_scaled_tiles``, SwiGLU and h quantized per pair and 128 columns, y_pair in bf16 and each token's
+weighted sum of its pairs.
 The counters are ``persistent.moe_persistent``'s words of ``sched`` and ``layout``, except that the route,
 L1 and L2 items count once per consumer (each finishes its half without waiting for the other's), so
 their waits expect twice the items.
