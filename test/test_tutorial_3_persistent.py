@@ -443,3 +443,23 @@ def test_fp8_gemms_settle_each_k_step_from_triton_3_7():
     fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
     launch = persistent_launch(fp8, choose_persistent(fp8, gluon=False), 132)
     assert launch.constexprs["SETTLE_WGMMA"] is serializes_wgmma_in_flight_across_loops()
+
+
+def test_power_draw_summary_drops_the_ramps_and_names_the_clock_event_reasons():
+    """``power_draw.summarize_samples`` keeps the middle three fifths of nvidia-smi's samples (the clock ramps at
+    both ends of a replay), reports the SM clock's median and minimum, the power's median and maximum and the
+    limit, and names each bit of the clock event reasons seen (an unknown bit in hex)."""
+    from tutorials.megamoe.power_draw import summarize_samples
+
+    ramp = ["1980, 150.0, 700.00, 0x0000000000000001"] * 2
+    held = [f"{mhz}, {watts}, 700.00, 0x0000000000000004" for mhz, watts in
+            ((1710, 688.9), (1695, 698.3), (1740, 690.2), (1425, 689.0), (1755, 691.5), (1710, 689.4))]  # fmt: skip
+    summary = summarize_samples([*ramp, *held, *ramp])
+    assert summary["samples"] == 6
+    assert (summary["sm_mhz_median"], summary["sm_mhz_min"]) == (1710.0, 1425.0)
+    assert (summary["power_w_median"], summary["power_w_max"], summary["power_limit_w"]) == (689.8, 698.3, 700.0)
+    assert summary["event_reasons"] == ["sw_power_cap"]
+    odd = [f"1500, 600.0, 700.00, {bits}" for bits in ("0x5", "0x5", "0x1004", "0x4", "0x4")]
+    assert summarize_samples(odd)["event_reasons"] == ["gpu_idle", "sw_power_cap", "0x1000"]
+    with pytest.raises(ValueError, match="4 samples of nvidia-smi; replay for longer"):
+        summarize_samples(held[:4])
