@@ -23,7 +23,10 @@ after the consumers take it (on average; the first L1 items wait for dispatch), 
 in, SwiGLU and h's quantization take 5.2 us, in both consumers at once. With its wgmmas and rescales
 skipped (timing only) an item took 25.6 us of 40, with its loads skipped 38.7, with every expert's
 weights replaced by the first one's (held in L2) 35.8: the K loop is bound by its tensor-core work, a
-little by streaming the weights from HBM, not by its loads.
+little by streaming the weights from HBM, not by its loads. Replayed back to back, the call runs at the
+board's power limit (700 W, the SM clock held at 1695 MHz median; ``power_draw``): epilogue warps taking
+SwiGLU and the stores off the consumers, or an expert's last tile of at most 64 rows run as two N tiles
+in one item, shortened the consumers' waits and made the call slower, the clock lower.
 
 The math is the Triton kernel's: top-k with ties to the lower id, x quantized per token and 128 columns
 with IEEE division (the same e4m3 bits and scales, by :func:`_div_rn_by`), the block-scaled K loop of
