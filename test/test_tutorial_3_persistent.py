@@ -463,3 +463,13 @@ def test_power_draw_summary_drops_the_ramps_and_names_the_clock_event_reasons():
     assert summarize_samples(odd)["event_reasons"] == ["gpu_idle", "sw_power_cap", "0x1000"]
     with pytest.raises(ValueError, match="4 samples of nvidia-smi; replay for longer"):
         summarize_samples(held[:4])
+
+
+def test_power_draw_without_nvidia_smi_says_what_to_install(monkeypatch):
+    """Without nvidia-smi on PATH ``power_draw`` stops before it starts the runtime, naming the tool and where
+    it comes from."""
+    from tutorials.megamoe import power_draw
+
+    monkeypatch.setattr(power_draw.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="samples the GPU with nvidia-smi: put it on PATH"):
+        power_draw.main([])

@@ -48,6 +48,7 @@ def summarize_samples(lines: Sequence[str]) -> dict:
     bits = 0
     for row in kept:
         bits |= int(row[3], 16)
+    unknown = bits & ~sum(EVENT_REASONS)
     return {
         "samples": len(kept),
         "sm_mhz_median": statistics.median(clocks),
@@ -56,7 +57,7 @@ def summarize_samples(lines: Sequence[str]) -> dict:
         "power_w_max": max(power),
         "power_limit_w": float(kept[0][2]),
         "event_reasons": [name for bit, name in EVENT_REASONS.items() if bits & bit]
-        + ([f"{bits & ~sum(EVENT_REASONS):#x}"] if bits & ~sum(EVENT_REASONS) else []),
+        + ([f"{unknown:#x}"] if unknown else []),
     }
 
 
