@@ -79,6 +79,7 @@ def test_every_kernel_listed():
         "moe_persistent",
         "moe_persistent_fp8",
         "moe_persistent_gluon",
+        "moe_persistent_gluon_bf16",
     ]
 
 
@@ -279,29 +280,38 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
         assert len(beside) >= 64 * 128 // 128 - 2, following
 
 
-def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(tmp_path):
-    """``gluon_persistent.moe_persistent_gluon`` (the fp8 call at world 1 in Gluon), as the layer launches it,
-    compiles for sm_90 with four stages: fp8 wgmma from the stages, registers reallocated per partition,
-    shared memory within an SM's, the raw bounded waits and signal inlined (no raw function left), no
-    wgmma serialized and no wait added by ptxas (C75xx); each consumer's two K loops (L1's, L2's) wait three
-    times per two K blocks with one wgmma in flight. In the K loops ptxas reloads at most one word from the
-    stack (the shared memory base, kept there across the partitions' register reallocation), and nothing
-    else: the buffers' addresses come from a table where they are used, so no consumer holds them."""
+@pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])
+def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name, tmp_path):
+    """``gluon_persistent.moe_persistent_gluon`` (the call at world 1 in Gluon), as the layer launches it in
+    fp8 and in bf16, compiles for sm_90 with four stages: fp8 / bf16 wgmma from the stages, registers
+    reallocated per partition, shared memory within an SM's, the raw bounded waits and signal inlined (no
+    raw function left), no wgmma serialized and no wait added by ptxas (C75xx). fp8: each consumer's two K
+    loops (L1's, L2's) wait three times per two K blocks with one wgmma in flight; bf16: its one K loop
+    (L1's and L2's) three times per four K blocks with two (a K block's pair) in flight, then for all. In the
+    K loops ptxas reloads at most one word from the stack (the shared memory base, kept there across the
+    partitions' register reallocation), and nothing else: the buffers' addresses come from a table where
+    they are used, so no consumer holds them."""
     from conftest import assert_raw_inlined, ptxas_report, sass
 
-    cfg = aot.REPRESENTATIVES[2]
-    (launch,) = [launch for c, launch in aot.all_launches() if launch.name == "moe_persistent_gluon"]
+    fp8 = name == "moe_persistent_gluon"
+    ((cfg, launch),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == name]
+    assert (cfg.world, cfg.precision) == (1, "fp8" if fp8 else "bf16")
     compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32),
                               options=aot.options_for(launch.name))  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert_raw_inlined(compiled)
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
+    mma = r"m64n128k32\.f32\.e4m3\.e4m3" if fp8 else r"m64n128k16\.f32\.bf16\.bf16"
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.{mma}", ptx)
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
     assert "st.release.sys.b64" in ptx and "nanosleep" in ptx, "the plan flag's signal; the gentle polls"
     assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
     assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
     code = sass(compiled.asm["cubin"], tmp_path)
-    assert len(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", code)) == 2 * 2 * 3
+    waits = [int(n, 16) for n in re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d+)\b", code)]
+    if fp8:
+        assert waits.count(1) == 2 * 2 * 3
+    else:
+        assert (waits.count(2), waits.count(0), len(waits)) == (2 * 3, 2, 2 * 4)
     spills = wgmma_loop_spills(code.splitlines())
     assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
 

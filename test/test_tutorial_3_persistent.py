@@ -141,7 +141,7 @@ def test_fp8_weights_put_each_gate_block_next_to_its_up_block():
     g = torch.Generator().manual_seed(0)
     w1 = torch.randn(2, 256, 768, generator=g).bfloat16()
     plain = expert_weights(w1, torch.randn(2, 384, 256, generator=g).bfloat16(), "fp8")
-    woven = persistent_weights(cfg, plain)
+    woven = persistent_weights(cfg, plain, choose_persistent(cfg))
     assert woven["w1q"].shape == plain["w1q"].shape == (2, 768, 256) and woven["w1q"].is_contiguous()
     q, q_plain = woven["w1q"].view(torch.uint8), plain["w1q"].view(torch.uint8)
     for e in range(2):
@@ -150,37 +150,69 @@ def test_fp8_weights_put_each_gate_block_next_to_its_up_block():
             assert torch.equal(q[e, 256 * j + 128 : 256 * j + 256], q_plain[e, 384 + 128 * j : 384 + 128 * j + 128])
             assert torch.equal(woven["w1s"][e, j, 0], plain["w1s"][e, j])
             assert torch.equal(woven["w1s"][e, j, 1], plain["w1s"][e, 3 + j])
-    assert woven["w2q"] is plain["w2q"] and persistent_weights(MoEConfig(256, 384, 2, 1, 8), plain) is plain
+    bf16_cfg = MoEConfig(256, 384, 2, 1, 8)
+    assert woven["w2q"] is plain["w2q"] and persistent_weights(bf16_cfg, plain, choose_persistent(bf16_cfg)) is plain
 
 
-def test_gluon_launch_binds_the_buffer_table_in_order():
+def test_bf16_weights_for_the_gluon_kernel_are_k_major_with_gate_and_up_blocks_interleaved():
+    """The Gluon kernel's bf16 weights: w1 [E, 2I, H] with each 128 gate rows of w1^T followed by the same
+    128 up rows (as fp8's w1q), w2 [E, H, I] = w2^T, both contiguous copies; the Triton kernel's are the
+    layer's own."""
+    cfg = MoEConfig(256, 512, 2, 1, 256)  # 128 pairs per expert: 128-row tiles, where the Gluon kernel runs
+    g = torch.Generator().manual_seed(1)
+    plain = {"w1": torch.randn(2, 256, 1024, generator=g).bfloat16(),
+             "w2": torch.randn(2, 512, 256, generator=g).bfloat16()}  # fmt: skip
+    assert persistent_weights(cfg, plain, choose_persistent(cfg)) is plain
+    woven = persistent_weights(cfg, plain, choose_persistent(cfg, gluon=True))
+    assert woven["w1"].shape == (2, 1024, 256) and woven["w1"].is_contiguous() and woven["w2"].is_contiguous()
+    for e in range(2):
+        for j in range(4):  # block j: its 128 gate rows, then its 128 up rows
+            assert torch.equal(woven["w1"][e, 256 * j : 256 * j + 128], plain["w1"][e, :, 128 * j : 128 * j + 128].T)
+            assert torch.equal(woven["w1"][e, 256 * j + 128 : 256 * j + 256],
+                               plain["w1"][e, :, 512 + 128 * j : 512 + 128 * j + 128].T)  # fmt: skip
+        assert torch.equal(woven["w2"][e], plain["w2"][e].T)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "bf16"])
+def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     """The Gluon kernel's launch passes its parameters in the kernel's order (the layer passes them by
     position); ``buffer_table`` holds the address of each buffer of ``BUFFER_TABLE``, every one a buffer or
-    weight of the layer, in that order; its descriptors are Gluon's, [128, 128] e4m3 boxes."""
+    weight of the layer, in that order (bf16: 0 for the fp8 scales it does not have); its descriptors are
+    Gluon's, boxes of 128 rows of 128 bytes (e4m3 [128, 128], bf16 [128, 64])."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from tutorials.megamoe.gluon_persistent import BUFFER_TABLE, moe_persistent_gluon
     from tutorials.megamoe.persistent_launch import call_extras
 
-    cfg = MoEConfig(256, 256, 2, 1, 256, precision="fp8")  # 128 pairs per expert: 128-row tiles, the Gluon kernel
+    fp8 = precision == "fp8"
+    cfg = MoEConfig(256, 256, 2, 1, 256, precision=precision)  # 128 pairs per expert: 128-row tiles
     pc = choose_persistent(cfg, gluon=True)
     launch = persistent_launch(cfg, pc, 66)
-    assert (launch.name, launch.grid, launch.num_warps) == ("moe_persistent_gluon", (66,), 4)
+    assert (launch.name, launch.grid, launch.num_warps) == ("moe_persistent_gluon" + ("" if fp8 else "_bf16"), (66,), 4)
     runtime = [p for p, _ in launch.params]
     assert runtime == moe_persistent_gluon.arg_names[: len(runtime)]
     assert set(moe_persistent_gluon.arg_names) == set(runtime) | set(launch.constexprs)
-    assert launch.constexprs["STAGES"] == pc.num_stages == 4
+    assert launch.constexprs["STAGES"] == pc.num_stages == 4 and launch.constexprs["FP8"] is fp8
     sym, local = persistent_buffers(cfg, pc)
     specs = [*cfg.symmetric_buffers(), *cfg.local_buffers(), *sym, *local]
     buffers = {n: torch.zeros(shape, dtype=getattr(torch, d)) for n, shape, d in specs}
-    weights = persistent_weights(cfg, {"w1q": torch.zeros(2, 512, 256, dtype=torch.float8_e4m3fn),
-                                       "w1s": torch.zeros(2, 4, 2), "w2q": torch.zeros(2, 256, 256,
-                                       dtype=torch.float8_e4m3fn), "w2s": torch.zeros(2, 2, 2)})  # fmt: skip
+    if fp8:
+        plain = {"w1q": torch.zeros(2, 512, 256, dtype=torch.float8_e4m3fn), "w1s": torch.zeros(2, 4, 2),
+                 "w2q": torch.zeros(2, 256, 256, dtype=torch.float8_e4m3fn), "w2s": torch.zeros(2, 2, 2)}  # fmt: skip
+    else:
+        plain = {"w1": torch.zeros(2, 256, 512, dtype=torch.bfloat16),
+                 "w2": torch.zeros(2, 256, 256, dtype=torch.bfloat16)}  # fmt: skip
+    weights = persistent_weights(cfg, plain, pc)
     extras = call_extras(cfg, pc, {**buffers, **weights})
     everything = {**buffers, **weights}
-    assert extras["buffer_table"].tolist() == [everything[key].data_ptr() for key in BUFFER_TABLE]
+    table = extras["buffer_table"].tolist()
+    assert table == [everything[key].data_ptr() if key in everything else 0 for key in BUFFER_TABLE]
+    absent = {key for key, address in zip(BUFFER_TABLE, table, strict=True) if address == 0}
+    assert absent == (set() if fp8 else {"x_scale", "h_scale", "w1s", "w2s"})
     for key in ("a_desc", "h_desc", "w1_desc", "w2_desc"):
-        assert isinstance(extras[key], TensorDescriptor) and list(extras[key].block_shape) == [128, 128]
+        assert isinstance(extras[key], TensorDescriptor)
+        assert list(extras[key].block_shape) == [128, 128 if fp8 else 64]
+        assert extras[key].base.dtype == (torch.float8_e4m3fn if fp8 else torch.bfloat16)
     assert meta_bindings(cfg, pc)["buffer_table"].shape == (len(BUFFER_TABLE),)
     shifted = {**everything, "y_pair": torch.zeros(1 + everything["y_pair"].numel(), dtype=torch.bfloat16)[1:]}
     with pytest.raises(ValueError, match="buffer 'y_pair' at 0x[0-9a-f]+ is not 16-byte aligned"):
@@ -188,8 +220,11 @@ def test_gluon_launch_binds_the_buffer_table_in_order():
 
 
 @pytest.mark.parametrize(("cfg", "knobs", "rule"), [
-    (MoEConfig(4096, 1536, 32, 8, 512, world=2, precision="fp8"), {}, "runs fp8 at world 1 .*got fp8, world 2"),
-    (PRODUCTION, {"block_n1": 128, "block_k": 128}, "runs fp8 at world 1 .*got bf16"),
+    (MoEConfig(4096, 1536, 32, 8, 512, world=2, precision="fp8"), {}, "runs at world 1 .*got world 2"),
+    (dataclasses.replace(PRODUCTION, world=2, num_experts=32), {}, "runs at world 1 .*got world 2"),
+    (PRODUCTION, {"block_k": 128}, "needs .*block_k=64.*got .*block_k=128"),
+    (PRODUCTION, {"half_tail": True}, "no half_tail .*half_tail=True"),
+    (PRODUCTION, {"tma_w2": False}, "tma_w2=False"),
     (MoEConfig(384, 1536, 16, 8, 512, precision="fp8"), {"block_n2": 128}, "hidden 384"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 5}, "2 to 4 stages .*num_stages=5"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 1}, "2 to 4 stages .*num_stages=1"),
@@ -198,10 +233,11 @@ def test_gluon_launch_binds_the_buffer_table_in_order():
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
 ])  # fmt: skip
 def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
-    """``gluon`` names its rule (fp8, world 1, H and I multiples of 256; 128-row tiles, 256-column L2 tiles,
-    every GEMM operand through TMA, 2 to 4 stages of 48 KB) before anything is built, rather than failing in
-    the compiler's shared-memory allocation or reading past a K loop."""
-    pc = dataclasses.replace(choose_persistent(cfg), gluon=True, **knobs)
+    """``gluon`` names its rule (world 1, H and I multiples of 256; 128-row tiles, 256-column L2 tiles, K steps
+    of 128 bytes, every GEMM operand through TMA, whole tiles split between the consumers, 2 to 4 stages of
+    48 KB) before anything is built, rather than failing in the compiler's shared-memory allocation or
+    reading past a K loop."""
+    pc = dataclasses.replace(choose_persistent(cfg, gluon=True), gluon=True, **knobs)
     with pytest.raises(ValueError, match=rule):
         persistent_launch(cfg, pc, 132)
 
@@ -248,7 +284,10 @@ def test_default_knobs():
     fp8_gluon = choose_persistent(fp8_cfg)
     assert fp8_gluon == dataclasses.replace(fp8, gluon=True, dispatch_rows=4, combine_rows=2)
     assert not choose_persistent(dataclasses.replace(fp8_cfg, num_experts=32, world=2)).gluon
-    assert not choose_persistent(PRODUCTION).gluon, "bf16 has no Gluon kernel"
+    assert not choose_persistent(PRODUCTION).gluon, "bf16: the Triton kernel unless the Gluon one is asked for"
+    bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=True, tma_w2=True, half_tail=False,
+                                     dispatch_rows=4, combine_rows=2)  # fmt: skip
+    assert choose_persistent(PRODUCTION, gluon=True) == bf16_gluon == persistent_config(PRODUCTION, {"gluon": True})
     assert persistent_config(fp8_cfg, {}) == fp8_gluon
     assert persistent_config(fp8_cfg, {"gluon": False}) == fp8
     # knobs the Gluon kernel cannot run pick the Triton kernel, unless gluon is asked for

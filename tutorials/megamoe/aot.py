@@ -7,7 +7,8 @@ tokens per rank, with the tiles the layer picks for it, in bf16 (with L1 and L2 
 persistent launch, ``moe_gemms``) and then fp8 (the kernels both precisions share are listed once),
 then the barrier between the phases of a call (``moe_barrier``, world > 1), then each precision's one
 launch of ``impl="persistent"`` (``moe_persistent``, ``moe_persistent_fp8``) with its default knobs, and the
-same fp8 load at world 1, whose persistent launch is the Gluon kernel (``moe_persistent_gluon``). ``python -m
+same load at world 1 in fp8 and in bf16, whose persistent launch is the Gluon kernel (``moe_persistent_gluon``,
+``moe_persistent_gluon_bf16``; every other kernel of those two is listed already). ``python -m
 tutorials.megamoe.aot`` compiles them all for sm_90 and prints a table. Each source is the
 launch with the layer's bindings on meta tensors (``megamoe.meta_bindings``), made an ``ASTSource``
 by :func:`tutorials.common.aot.launch_source`.
@@ -28,9 +29,10 @@ from .persistent_launch import PersistentConfig, choose_persistent, persistent_l
 
 REPRESENTATIVE = MoEConfig(hidden=4096, intermediate=1536, num_experts=32, top_k=8, max_tokens=512, world=2)
 REPRESENTATIVES = (REPRESENTATIVE, dataclasses.replace(REPRESENTATIVE, precision="fp8"),
-                   dataclasses.replace(REPRESENTATIVE, precision="fp8", world=1))  # fmt: skip
+                   dataclasses.replace(REPRESENTATIVE, precision="fp8", world=1),
+                   dataclasses.replace(REPRESENTATIVE, world=1))  # fmt: skip
 PERSISTENT_PROGRAMS = 132  # the H200's SMs; the persistent kernels' code does not depend on their program count
-GLUON_LAUNCH = "moe_persistent_gluon"  # persistent_launch's name for the Gluon kernel
+GLUON_LAUNCHES = ("moe_persistent_gluon", "moe_persistent_gluon_bf16")  # persistent_launch's names, fp8 and bf16
 
 
 def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple[MoEConfig, KernelLaunch]]:
@@ -53,7 +55,7 @@ def all_launches(configs: tuple[MoEConfig, ...] = REPRESENTATIVES) -> list[tuple
     barriers = [(cfg, barrier_launch(cfg)) for cfg in configs if cfg.world > 1]
     persistent: dict[str, tuple[MoEConfig, KernelLaunch]] = {}
     for cfg in configs:
-        for gluon in (False, True):  # the Gluon kernel where it runs (fp8 at world 1)
+        for gluon in (False, True):  # the Gluon kernel where it runs (world 1)
             launch = persistent_launch(cfg, choose_persistent(cfg, gluon=gluon), PERSISTENT_PROGRAMS)
             persistent.setdefault(launch.name, (cfg, launch))
     return list(by_name.values()) + barriers[:1] + list(persistent.values())
@@ -68,7 +70,7 @@ def launch_bindings(launch: KernelLaunch, cfg: MoEConfig, persistent: Persistent
     """:func:`megamoe.meta_bindings` of ``launch`` in a layer of ``cfg``: with the knobs ``persistent``, default
     the layer's defaults for the kernel ``launch`` runs (Gluon or Triton)."""
     if persistent is None:
-        persistent = choose_persistent(cfg, gluon=launch.name == GLUON_LAUNCH)
+        persistent = choose_persistent(cfg, gluon=launch.name in GLUON_LAUNCHES)
     return meta_bindings(cfg, persistent)
 
 

@@ -1,6 +1,7 @@
-"""The persistent fp8 call at world 1 as one warp-specialized Gluon kernel: ``persistent.moe_persistent``'s
-work items (route, plan, layout, dispatch, L1, L2, combine) with its counters, layout and trace, and its
-GEMM items on ``gluon_scaled_tiles``' loader and consumers (``PersistentConfig.gluon``).
+"""The persistent call at world 1 as one warp-specialized Gluon kernel, fp8 (the default there) or bf16
+(``PersistentConfig.gluon``): ``persistent.moe_persistent``'s work items (route, plan, layout, dispatch, L1,
+L2, combine) with its counters, layout and trace, and its GEMM items on ``gluon_scaled_tiles``' loader and
+consumers (bf16: the same stages of 128-byte rows, 64 K columns, and a K loop without scales).
 
 Per program, three partitions::
 
@@ -28,10 +29,17 @@ board's power limit (700 W, the SM clock held at 1695 MHz median; ``power_draw``
 SwiGLU and the stores off the consumers, or an expert's last tile of at most 64 rows run as two N tiles
 in one item, shortened the consumers' waits and made the call slower, the clock lower.
 
+bf16 (traced, random routing): an L1 item on a full M tile takes 64.3 us, as in the Triton kernel (65.2),
+its L2 items 21.4 (23.3); what it gains there its dispatch gives back: the pair-ordered A rows that TMA
+loads are 32 MB of copies in bf16, 25-27 us a 4-token item in the first consumer at any step width (the
+128 items at once write about 2 TB/s), where the Triton kernel's bf16 L1 gathers x's rows and its
+dispatch items take 11. The call is as fast as the Triton kernel's within a run's noise (CUDA graph
+374.6 / 387.4 us against 391.1 / 382.2 in two runs), so it runs only when asked for (``gluon=1``).
+
 The math is the Triton kernel's: top-k with ties to the lower id, x quantized per token and 128 columns
 with IEEE division (the same e4m3 bits and scales, by :func:`_div_rn_by`), the block-scaled K loop of
-``gluon_scaled_tiles``, SwiGLU and h quantized per pair and 128 columns, y_pair in bf16 and each token's
-weighted sum of its pairs.
+``gluon_scaled_tiles``, SwiGLU and h quantized per pair and 128 columns (bf16: neither quantized), y_pair in
+bf16 and each token's weighted sum of its pairs.
 The counters are ``persistent.moe_persistent``'s words of ``sched`` and ``layout``, except that the route,
 L1 and L2 items count once per consumer (each finishes its half without waiting for the other's), so
 their waits expect twice the items.
@@ -65,7 +73,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from triton_raw_ext import dialect
 
@@ -306,6 +314,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, e
     them ``item_end``, which ends their loops."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
     step = 0
@@ -327,10 +336,10 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, e
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if is_l2:
                 step = _fill(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
-                             expert * H + pid_n * 2 * QBLOCK, INTER // QBLOCK, step, STAGES)  # fmt: skip
+                             expert * H + pid_n * 2 * QBLOCK, INTER // BLOCK_K, step, STAGES)  # fmt: skip
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
-                             (expert * N1 + pid_n) * 2 * QBLOCK, H // QBLOCK, step, STAGES)  # fmt: skip
+                             (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, STAGES)  # fmt: skip
         else:
             _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
         taken += 1
@@ -410,10 +419,10 @@ def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.co
 @gluon.jit
 def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.constexpr, E: gl.constexpr,
                 E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
-                ROUTE_COLS: gl.constexpr):  # fmt: skip
+                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part``'s half of the tokens of route item ``item`` (``persistent._route_item`` at world 1):
     their top-k and plan (column chunk 0: each pair's rank among the pairs to its expert, a token's slot is
-    the token), and their ROUTE_COLS columns of the chunk quantized."""
+    the token), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
     CHUNKS: gl.constexpr = H // ROUTE_COLS
     ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
@@ -433,8 +442,9 @@ def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.con
                                  sem="relaxed", scope="gpu")  # fmt: skip
             gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
             gl.atomic_add(sched + SENT_COUNT, gl.sum(mask_t.to(gl.int32), axis=0), sem="relaxed", scope="gpu")
-        _quantize_cols(x_ptr, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
-                       ch * ROUTE_COLS, H, ROWS, ROUTE_COLS)  # fmt: skip
+        if FP8:
+            _quantize_cols(x_ptr, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
+                           ch * ROUTE_COLS, H, ROWS, ROUTE_COLS)  # fmt: skip
 
 
 @gluon.jit
@@ -478,15 +488,17 @@ def _layout_item(me, epoch, wait_ms, table, E_LOC: gl.constexpr, EL_P2: gl.const
 
 
 @gluon.jit
-def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
-                   EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr,
-                   LANDED: gl.constexpr):  # fmt: skip
+def _dispatch_item(idx, me, wait_ms, table, x_ptr, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
+                   EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr, LANDED: gl.constexpr,
+                   FP8: gl.constexpr):  # fmt: skip
     """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
     every expert local): its tokens' routing copied, their pairs placed at their layout positions
-    (sorted_row, inv_pos) and their A rows copied there (a_sorted), then counted landed in their M tiles."""
+    (sorted_row, inv_pos) and their A rows (fp8: the quantized tokens; bf16: x's) copied there (a_sorted),
+    then counted landed in their M tiles."""
     ROWS: gl.constexpr = DISPATCH_ROWS
+    VEC: gl.constexpr = 16 if FP8 else 8  # values in 16 bytes
     # [tokens, pairs, columns]: a row's 16-byte pieces over a warp, the tokens over the warps (each row loaded once)
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [1, 1, 32], [4, 1, 1], [2, 1, 0])
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, VEC], [1, 1, 32], [4, 1, 1], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
     t0 = idx * DISPATCH_ROWS
     sched = _buffer(table, SCHED, gl.int32)
@@ -500,7 +512,10 @@ def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, K: gl.constexpr, K_
         kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
         mk = live[:, None] & (kk[None, :] < K)
         at = rows[:, None] * K + kk[None, :]
-        a_src = _buffer(table, X_SYM, gl.float8e4nv)  # world 1: the quantized tokens are the received rows
+        if FP8:  # world 1: the quantized tokens are the received rows
+            a_src = _buffer(table, X_SYM, gl.float8e4nv)
+        else:
+            a_src = x_ptr
         cols = gl.arange(0, BLOCK_HA, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
         row_at = rows[:, None, None] * H + cols[None, None, :]  # [tokens, 1, columns]: one load per row
         vals = gl.load(a_src + row_at, mask=live[:, None, None], cache_modifier=".cg")  # in flight beside the routing
@@ -513,7 +528,7 @@ def _dispatch_item(idx, me, wait_ms, table, H: gl.constexpr, K: gl.constexpr, K_
         gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, (rows[:, None] + gl.zeros_like(kk)[None, :]).to(gl.int32),
                  mask=mk)  # fmt: skip
         gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
-        a_sorted = _buffer(table, A_SORTED, gl.float8e4nv)
+        a_sorted = _buffer(table, A_SORTED, a_src.dtype.element_ty)
         tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
         pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
         for c in range(BLOCK_HA, H, BLOCK_HA):  # the next columns' loads in flight beside this step's stores
@@ -590,6 +605,48 @@ def _h_out(gate, up, h_ptr, hs_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr)
 
 
 @gluon.jit
+def _h_out_bf16(gate, up, h_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr):
+    """silu(gate) * up of a consumer's rows as bf16 into h's 128 columns of N tile ``pid_n``, 16 bytes per
+    store after a layout conversion (``persistent._l1_tile_bf16``'s values); rows past the expert's are not
+    stored."""
+    v = (gate * (1 / (1 + gl.exp(-gate))) * up).to(gl.bfloat16)
+    rows_16b: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # a row's 256 bytes: 16 threads
+    rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
+    cols = pid_n * QBLOCK + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
+    out = h_ptr + gl.expand_dims(rows.to(gl.int64) * INTER, 1) + gl.expand_dims(cols, 0)
+    gl.store(out, gl.convert_layout(v, rows_16b), mask=gl.expand_dims(rows < row_end, 1))
+
+
+@gluon.jit
+def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.constexpr, STAGES: gl.constexpr,
+                 mma: gl.constexpr):  # fmt: skip
+    """A consumer's rows (``ROW0`` of the stages' A rows on) of one bf16 tile over KB K blocks (a multiple of
+    BURST) from ``step`` on: (lo, hi, next step). BURST K blocks a loop iteration, their wgmmas issued as
+    their stages land, each stage released once the wgmmas that read it are done; the last BURST drains
+    before the back edge (no wgmma in flight across it: ptxas serialized every wgmma of a kernel that
+    left one, ``triton_version.serializes_wgmma_in_flight_across_loops``), while the other consumer's
+    wgmmas keep the tensor cores busy."""
+    BURST: gl.constexpr = 4
+    HALF: gl.constexpr = lo_bufs.shape[1]
+    acc_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    acc_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    for _ in range(0, KB, BURST):
+        for j in gl.static_range(BURST):
+            s = (step + j) % STAGES
+            mbarrier.wait(ready.index(s), ((step + j) // STAGES) & 1)
+            a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
+            acc_lo = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), acc_lo, is_async=True)
+            acc_hi = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), acc_hi, is_async=True)
+            if j > 0:  # the block before is done: its stage goes back
+                acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=2, deps=(acc_lo, acc_hi))
+                mbarrier.arrive(empty.index((step + j - 1) % STAGES), count=1)
+        acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
+        mbarrier.arrive(empty.index((step + BURST - 1) % STAGES), count=1)
+        step += BURST
+    return acc_lo, acc_hi, step
+
+
+@gluon.jit
 def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
     """A consumer's rows of an L2 tile (two 128-column blocks from ``col0``) into y_pair, 16 bytes per store
     after a layout conversion; rows past the expert's (an expert's last, partial tile, whose further rows
@@ -617,20 +674,22 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 @gluon.jit
 def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
                M_TILES: gl.constexpr, L2_START: gl.constexpr, ROW0: gl.constexpr, STAGES: gl.constexpr,
-               LANDED: gl.constexpr):  # fmt: skip
+               LANDED: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
-    next step): L1, SwiGLU and h quantized, counted in its M tile's L1 count; L2 into y_pair, counted in its L2
-    count. An expert's last tile of at most 64 rows is the first consumer's alone."""
+    next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
+    in its L2 count. An expert's last tile of at most 64 rows is the first consumer's alone."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
-    KB1: gl.constexpr = H // QBLOCK
-    KB2: gl.constexpr = INTER // QBLOCK
+    BLOCK_K: gl.constexpr = a_bufs.shape[2]
+    KB1: gl.constexpr = H // BLOCK_K
+    KB2: gl.constexpr = INTER // BLOCK_K
     L1_DONE: gl.constexpr = LANDED + M_TILES
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QBLOCK, 32])
+    # a wgmma's K: 32 bytes of each row
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, QBLOCK, 32 if FP8 else 16])  # fmt: skip
     is_l2 = _word(slot, SLOT_ITEM) >= L2_START
     pid_m, pid_n, expert = _word(slot, SLOT_PID_M), _word(slot, SLOT_PID_N), _word(slot, SLOT_EXPERT)
     row0, row_end = _word(slot, SLOT_ROW0), _word(slot, SLOT_ROW_END)
-    hs_ptr = _buffer(table, H_SCALE, gl.float32)
     done = _buffer(table, SCHED, gl.int32) + L1_DONE + is_l2.to(gl.int32) * M_TILES + pid_m  # L1's count, or L2's
     # The item's first stage has landed: the loader has passed the item's wait, so what it waited for
     # (the rows' positions and scales, h and its scales) is visible to this partition's loads too.
@@ -639,7 +698,15 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
     row_ok = offs_m < row_end
     if row_end - row0 <= ROW0:  # none of this consumer's rows: the other's wgmmas get the tensor cores alone
         step = _pass_stages(ready, empty, gl.where(is_l2, KB2, KB1), step, STAGES)
+    elif not FP8:
+        lo, hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, gl.where(is_l2, KB2, KB1), step, ROW0,
+                                    STAGES, mma)  # fmt: skip
+        if is_l2:
+            _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
+        else:
+            _h_out_bf16(lo, hi, _buffer(table, H_BUF, gl.bfloat16), offs_m, row_end, pid_n, INTER)
     elif is_l2:
+        hs_ptr = _buffer(table, H_SCALE, gl.float32)
         lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
         lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
                                lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
@@ -651,7 +718,8 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
         gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty,
                                  _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row, gate_row + KB1,
                                  KB1, step, ROW0, STAGES, mma)  # fmt: skip
-        _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), hs_ptr, offs_m, row_end, pid_n, INTER)
+        _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m, row_end,
+               pid_n, INTER)  # fmt: skip
     _release(done)
     return step
 
@@ -667,8 +735,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
               BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
               DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
-              COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr):  # fmt: skip
+              COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr,
+              FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM and route item the loader hands this program, in that
     order; the plan, layout, dispatch and combine items in the first consumer alone (TRACE, the first
     consumer: when it took each item, when it finished it and its SM, in the item's trace row)."""
@@ -680,7 +748,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         if TRACE and part == 0:
             started = _globaltimer()
         if item < PLAN_START:
-            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS)
+            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8)
             _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
         elif item < LAYOUT_START:
             if part == 0:
@@ -690,12 +758,12 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
                 _layout_item(me, epoch, wait_ms, table, E_LOC, EL_P2)
         elif item < L1_START:
             if part == 0:  # as measured; split between the consumers it has not been timed
-                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, H, K, K_P2, EL_P2, DISPATCH_ROWS, BLOCK_HA,
-                               LANDED)  # fmt: skip
+                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, x_ptr, H, K, K_P2, EL_P2, DISPATCH_ROWS,
+                               BLOCK_HA, LANDED, FP8)  # fmt: skip
                 _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
-                              part * CONSUMER_ROWS, STAGES, LANDED)  # fmt: skip
+                              part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
         elif part == 0:  # with route, dispatch and combine all in both, ptxas serialized the GEMMs' wgmma
             _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS,
                           BLOCK_HC, L1_START - DISPATCH_START, LANDED)  # fmt: skip
@@ -717,19 +785,22 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
+    FP8: gl.constexpr,
 ):  # fmt: skip
-    """One fp8 call of the layer at world 1 on this rank: items [item_begin, item_end) of the persistent
-    schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program of 4 warps
-    (the first consumer; the second and the loader, 1 warp, are worker partitions with CONSUMER_REGS and
-    LOADER_REGS registers per thread). ``table``: the addresses of the buffers of :data:`BUFFER_TABLE` (int64);
-    logits, x and y change from call to call and are arguments. ``a_desc`` (a_sorted), ``h_desc``, ``w1_desc``
-    (interleaved gate / up blocks, ``persistent_launch.persistent_weights``), ``w2_desc``: [128, 128] e4m3
-    descriptors. H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). TRACE: each item's row of
-    ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. The last program to leave zeroes ``sched``
-    and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, QBLOCK], a_desc.layout)
-    lo_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, QBLOCK], w1_desc.layout)
-    hi_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, QBLOCK], w1_desc.layout)
+    """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
+    persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
+    of 4 warps (the first consumer; the second and the loader, 1 warp, are worker partitions with
+    CONSUMER_REGS and LOADER_REGS registers per thread). ``table``: the addresses of the buffers of
+    :data:`BUFFER_TABLE` (int64; bf16 leaves the scales' 0); logits, x and y change from call to call and are
+    arguments. ``a_desc`` (a_sorted), ``h_desc``, ``w1_desc`` (K-major, interleaved gate / up blocks,
+    ``persistent_launch.persistent_weights``), ``w2_desc`` (K-major): descriptors of [128, K step] boxes
+    (e4m3 [128, 128] or bf16 [128, 64]). H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). TRACE:
+    each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. The last program to
+    leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, BLOCK_K], a_desc.layout)
+    lo_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, BLOCK_K], w1_desc.layout)
+    hi_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, BLOCK_K], w1_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -747,12 +818,12 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE)),
+                     LANDED, TRACE, FP8)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE)),
+                     LANDED, TRACE, FP8)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
                    item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, E_LOC, EL_P2, GROUP_M,
                    M_TILES, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE)),

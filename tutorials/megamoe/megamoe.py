@@ -116,8 +116,8 @@ def meta_bindings(cfg: MoEConfig, persistent: PersistentConfig | None = None) ->
     w2 = empty((cfg.local_experts, cfg.intermediate, cfg.hidden), torch.bfloat16)
     x = empty((cfg.max_tokens, cfg.hidden), torch.bfloat16)
     logits = empty((cfg.max_tokens, cfg.num_experts), torch.float32)
-    # the persistent kernel's fp8 w1 is interleaved: the same shapes and dtypes as the launches'
-    buffers = {**workspace, **persistent_weights(cfg, expert_weights(w1, w2, cfg.precision))}
+    # the persistent kernel's w1 may be interleaved and K-major (persistent_weights): as the layer binds it
+    buffers = {**workspace, **persistent_weights(cfg, expert_weights(w1, w2, cfg.precision), pc)}
     bindings = call_bindings(buffers, x, logits, torch.empty_like(x), cfg.world, 0, wait_timeout_ms())
     return {**bindings, **call_extras(cfg, pc, buffers)}
 
@@ -189,7 +189,7 @@ class MegaMoE:
             self._call = persistent_launch(self.cfg, self.persistent, programs)  # raises on unfit knobs
             extra_sym, extra_local = persistent_buffers(self.cfg, self.persistent)
             sym_specs, local_specs = [*sym_specs, *extra_sym], [*local_specs, *extra_local]
-            self.weights = persistent_weights(self.cfg, self.weights)
+            self.weights = persistent_weights(self.cfg, self.weights, self.persistent)
         else:
             self.persistent = None
             rows = max_tokens * world * top_k / num_experts  # expected pairs per local expert, uniform routing

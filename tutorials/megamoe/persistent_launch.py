@@ -44,10 +44,10 @@ class PersistentConfig:
     and where into the local ``trace`` buffer (``persistent.TRACE_FIELDS``; ``trace_persistent`` reads it).
     ``half_tail`` (bf16, h not through TMA): an expert's last M tile with at most ``block_m / 2`` pairs runs
     its L1 and L2 tiles at half the rows, its A rows gathered even where ``tma_a`` (random routing leaves
-    many such tiles nearly empty). ``gluon`` (fp8 at world 1): the call runs as
+    many such tiles nearly empty). ``gluon`` (world 1): the call runs as
     ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
-    256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages; :func:`gluon_misfit`
-    says where it runs, and :func:`choose_persistent` turns it on there).
+    256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages, K-major weights;
+    :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on there).
     """
 
     block_m: int = 64
@@ -72,36 +72,43 @@ class PersistentConfig:
     gluon: bool = False
 
 
-def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
+def choose_persistent(cfg: MoEConfig, gluon: bool | None = None) -> PersistentConfig:
     """Defaults for layer ``cfg``. fp8: N 128 per gate/up half in L1 and 256 in L2, 8 warps, weights through
     TMA, 16 tokens per route item; with more than 96 pairs per expert expected 128-row tiles, L1's A rows
     through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
-    64 rows), else 64 rows and 3 stages. Where the Gluon kernel runs (fp8 with those 128-row tiles at
-    world 1, H and I multiples of 256), it unless ``gluon`` is False (the H200 ran the production load's
-    call 4-7 % faster than in the Triton kernel), with 4 slots per dispatch item and 2 rows per combine
-    item (its first consumer runs them alone, so smaller items keep more programs at work). bf16
-    with more than 96 pairs per expert expected: 128 x 128 (x2) L1 and 128 x 256 L2 tiles, K 64, 8 warps,
-    3 stages, L1's weights through TMA (faster than pointers on the H200, where L2's were not), half-row
-    tail tiles (4-5 % faster at the production load; ptxas spills a few per-item values for them, none in
-    a K loop); fewer pairs: 64-row tiles and 4 warps."""
+    64 rows), else 64 rows and 3 stages. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2)
+    L1 and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
+    the H200, where L2's were not), half-row tail tiles (4-5 % faster at the production load; ptxas spills
+    a few per-item values for them, none in a K loop); fewer pairs: 64-row tiles and 4 warps. Where the
+    Gluon kernel runs (128-row tiles at world 1, H and I multiples of 256): it when ``gluon`` is True, and
+    by default (None) in fp8 only (the H200 ran the production load's fp8 call 4-7 % faster than in the
+    Triton kernel; bf16 as fast as the Triton kernel within a run's noise, which does not pay for the
+    K-major copy of the weights it needs), with every GEMM operand through TMA, 4 stages, 4 slots per dispatch
+    item and 2 rows per combine item (its first consumer runs them alone, so smaller items keep more
+    programs at work)."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
         big = rows > 96
         pc = PersistentConfig(block_m=128 if big else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
                               num_stages=4 if big else 3, tma_a=big, route_tokens=16)  # fmt: skip
-        gluon_pc = dataclasses.replace(pc, gluon=True, dispatch_rows=4, combine_rows=2)
-        return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
-    block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
-    if rows > 96:
-        return PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
-                                num_stages=3, tma_w2=False, half_tail=True)  # fmt: skip
-    return PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
-                            num_stages=3, tma_w2=False)  # fmt: skip
+    else:
+        block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
+        if rows > 96:
+            pc = PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
+                                  num_stages=3, tma_w2=False, half_tail=True)  # fmt: skip
+        else:
+            pc = PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
+                                  num_stages=3, tma_w2=False)  # fmt: skip
+    if gluon is None:
+        gluon = cfg.precision == "fp8"
+    gluon_pc = dataclasses.replace(pc, gluon=True, block_n1=FP8_BLOCK, num_stages=4, tma_a=True, tma_w1=True,
+                                   tma_w2=True, half_tail=False, dispatch_rows=4, combine_rows=2)  # fmt: skip
+    return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
 
 
 def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig:
-    """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the Gluon kernel's where it runs
+    """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the default kernel's where it runs
     them, unless ``knobs`` sets ``gluon`` (False: the Triton kernel's; True: the Gluon kernel's, which
     ``persistent_launch`` refuses where it cannot run), else the Triton kernel's (e.g. ``block_m=64``)."""
     if "gluon" in knobs:
@@ -129,15 +136,19 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     """Why the Gluon kernel cannot run layer ``cfg`` with the knobs ``pc`` (its rule and what breaks it), or
     None where it can."""
     h, i = cfg.hidden, cfg.intermediate
-    if cfg.precision != "fp8" or cfg.world != 1 or h % 256 or i % 256:
-        return (f"runs fp8 at world 1 with hidden and intermediate multiples of 256 (the Gluon kernel has no pull "
-                f"or push between ranks; its consumers take two K blocks a step), got {cfg.precision}, world "
-                f"{cfg.world}, hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
-    tiles = (pc.block_m, pc.block_n2, pc.tma_a, pc.tma_w1, pc.tma_w2, 2 <= pc.num_stages <= 4)
-    if tiles != (128, 2 * FP8_BLOCK, True, True, True, True):
-        return (f"needs block_m=128, block_n2=256, tma_a, tma_w1 and tma_w2 and 2 to 4 stages (its tiles: two "
-                f"64-row consumers, 48 KB stages), got block_m={pc.block_m}, block_n2={pc.block_n2}, "
-                f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, num_stages={pc.num_stages}")  # fmt: skip
+    if cfg.world != 1 or h % 256 or i % 256:
+        return (f"runs at world 1 with hidden and intermediate multiples of 256 (the Gluon kernel has no pull or "
+                f"push between ranks; its consumers take two or four K blocks a step), got world {cfg.world}, "
+                f"hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
+    k_step = FP8_BLOCK if cfg.precision == "fp8" else GLUON_BF16_BLOCK_K
+    tiles = (pc.block_m, pc.block_n1, pc.block_n2, pc.block_k, pc.tma_a, pc.tma_w1, pc.tma_w2, pc.half_tail,
+             2 <= pc.num_stages <= 4)  # fmt: skip
+    if tiles != (128, FP8_BLOCK, 2 * FP8_BLOCK, k_step, True, True, True, False, True):
+        return (f"needs block_m=128, block_n1=128, block_n2=256, block_k={k_step}, tma_a, tma_w1 and tma_w2, no "
+                f"half_tail and 2 to 4 stages (its tiles: two 64-row consumers, 48 KB stages), got "
+                f"block_m={pc.block_m}, block_n1={pc.block_n1}, block_n2={pc.block_n2}, block_k={pc.block_k}, "
+                f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, half_tail={pc.half_tail}, "
+                f"num_stages={pc.num_stages}")  # fmt: skip
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
@@ -218,23 +229,29 @@ def persistent_buffers(
     return symmetric, local
 
 
-def persistent_weights(cfg: MoEConfig, weights: dict[str, Any]) -> dict[str, Any]:
-    """The weight bindings of the persistent kernel from ``quant.expert_weights``'s: bf16 as they are;
-    fp8 with w1q's gate and up interleaved per 128 columns (each 128 gate columns, then the same 128 up
-    columns: ``w1q`` [E, I/128, 2, 128, H]) and their scales likewise (``w1s`` [E, I/128, 2, H/128]), so that
-    an L1 tile's gate and up blocks are adjacent rows of one descriptor and their scales one row."""
-    if cfg.precision != "fp8":
-        return weights
+def persistent_weights(cfg: MoEConfig, weights: dict[str, Any], pc: PersistentConfig) -> dict[str, Any]:
+    """The weight bindings of the persistent kernel of knobs ``pc`` from ``quant.expert_weights``'s: bf16 as
+    they are for the Triton kernel; fp8 with w1q's gate and up interleaved per 128 columns (each 128 gate
+    columns, then the same 128 up columns: ``w1q`` [E, I/128, 2, 128, H]) and their scales likewise (``w1s``
+    [E, I/128, 2, H/128]), so that an L1 tile's gate and up blocks are adjacent rows of one descriptor and
+    their scales one row; bf16 for the Gluon kernel (``pc.gluon``) K-major as fp8's, interleaved the same
+    way (``w1`` [E, I/128, 2, 128, H], ``w2`` [E, H, I]): a copy, made once per layer."""
     e, blocks = cfg.local_experts, cfg.intermediate // FP8_BLOCK
+    if cfg.precision != "fp8":
+        if not pc.gluon:
+            return weights
+        w1 = weights["w1"].transpose(1, 2).reshape(e, 2, blocks, FP8_BLOCK, cfg.hidden).transpose(1, 2)
+        return {"w1": w1.contiguous().view(e, 2 * cfg.intermediate, cfg.hidden),
+                "w2": weights["w2"].transpose(1, 2).contiguous()}  # fmt: skip
     w1q = weights["w1q"].view(e, 2, blocks, FP8_BLOCK, cfg.hidden).transpose(1, 2).contiguous()
     w1s = weights["w1s"].view(e, 2, blocks, cfg.hidden // FP8_BLOCK).transpose(1, 2).contiguous()
     return {**weights, "w1q": w1q.view(e, 2 * cfg.intermediate, cfg.hidden), "w1s": w1s}
 
 
 def _desc_blocks(cfg: MoEConfig, pc: PersistentConfig) -> dict[str, tuple[int, int]]:
-    """Block shape of each descriptor: bf16 weights [K, N] boxes of the row-major weights; fp8 [128, 128]
-    boxes of the K-major weights, one scale block each (transposed for the dot); h and the sorted A rows
-    [BLOCK_M, K step]."""
+    """Block shape of each descriptor of the Triton kernel: bf16 weights [K, N] boxes of the row-major
+    weights; fp8 [128, 128] boxes of the K-major weights, one scale block each (transposed for the dot); h
+    and the sorted A rows [BLOCK_M, K step]."""
     if cfg.precision == "fp8":
         return {"w1_desc": (FP8_BLOCK, FP8_BLOCK), "w2_desc": (FP8_BLOCK, FP8_BLOCK),
                 "h_desc": (pc.block_m, FP8_BLOCK), "a_desc": (pc.block_m, FP8_BLOCK)}  # fmt: skip
@@ -246,24 +263,27 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
                 workspace: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """Host tensor descriptors of the operands ``pc`` loads through TMA, by binding key: the weights of
     :func:`persistent_weights` viewed as 2-D (experts stacked along K: bf16 w1 [E*H, 2I], w2 [E*I, H];
-    fp8 w1q [E*2I, H], w2q [E*H, I]) and the ``workspace``'s ``h`` and ``a_sorted``. Built once: they
-    point at fixed buffers."""
+    fp8, and bf16 for the Gluon kernel, K-major: w1 [E*2I, H], w2 [E*H, I]) and the ``workspace``'s ``h``
+    and ``a_sorted``. Built once: they point at fixed buffers."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     e, hid, inter = cfg.local_experts, cfg.hidden, cfg.intermediate
-    if cfg.precision == "fp8":
-        tensors = {"w1_desc": weights["w1q"].view(e * 2 * inter, hid), "w2_desc": weights["w2q"].view(e * hid, inter)}
+    w1, w2 = (weights["w1q"], weights["w2q"]) if cfg.precision == "fp8" else (weights["w1"], weights["w2"])
+    if cfg.precision == "fp8" or pc.gluon:
+        tensors = {"w1_desc": w1.view(e * 2 * inter, hid), "w2_desc": w2.view(e * hid, inter)}
     else:
-        tensors = {"w1_desc": weights["w1"].view(e * hid, 2 * inter), "w2_desc": weights["w2"].view(e * inter, hid)}
+        tensors = {"w1_desc": w1.view(e * hid, 2 * inter), "w2_desc": w2.view(e * inter, hid)}
     tensors["h_desc"] = workspace["h"]
     if pc.tma_a:
         tensors["a_desc"] = workspace["a_sorted"]
-    if pc.gluon:  # every GEMM operand, [128, 128] e4m3 boxes in the layout Gluon's shared memory takes
+    if pc.gluon:  # every GEMM operand in [128, K step] boxes of 128-byte rows, the layout Gluon's shared memory takes
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 
-        block = gl.NVMMASharedLayout.get_default_for([FP8_BLOCK, FP8_BLOCK], gl.float8e4nv)
-        return {key: GluonDescriptor.from_tensor(t, [FP8_BLOCK, FP8_BLOCK], block) for key, t in tensors.items()}
+        dtype = gl.float8e4nv if cfg.precision == "fp8" else gl.bfloat16
+        box = [FP8_BLOCK, pc.block_k]
+        block = gl.NVMMASharedLayout.get_default_for(box, dtype)
+        return {key: GluonDescriptor.from_tensor(t, box, block) for key, t in tensors.items()}
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
     return {key: TensorDescriptor.from_tensor(t, list(blocks[key])) for key, t in tensors.items() if wanted[key]}
@@ -283,7 +303,10 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
         from .gluon_persistent import BUFFER_TABLE
 
         device = buffers["sched"].device
-        addresses = [0 if device.type == "meta" else buffers[key].data_ptr() for key in BUFFER_TABLE]
+        # bf16 has no scales: their entries are 0, which its kernel does not read
+        scaleless = cfg.precision != "fp8"
+        addresses = [0 if device.type == "meta" or (scaleless and key not in buffers) else buffers[key].data_ptr()
+                     for key in BUFFER_TABLE]  # fmt: skip
         for key, address in zip(BUFFER_TABLE, addresses, strict=True):
             if address % 16:  # the kernel reads and writes them 16 bytes at a time
                 raise ValueError(f"persistent_launch: buffer {key!r} at {address:#x} is not 16-byte aligned, "
@@ -345,18 +368,23 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
     )  # fmt: skip
 
 
+GLUON_BF16_BLOCK_K = 64  # the Gluon kernel's bf16 K step: stages of 128-byte rows, as fp8's 128
 # Registers per thread of the Gluon kernel's second consumer (two 64 x 128 accumulators) and of its loader
 GLUON_CONSUMER_REGS, GLUON_LOADER_REGS = 232, 40
-# Row elements per step of a Gluon dispatch item (bytes of A rows) and combine item (values of y rows), as
-# traced on the H200 at the production load: dispatch with 4-row items as fast at 512 columns as at 1024,
-# slower at 256 and 2048; combine with 2-row items 12.6 us each at 512 columns, 16.7 at 256, 14.8 at 1024
-GLUON_DISPATCH_BYTES, GLUON_COMBINE_VALUES = 2048, 1024
+# Row values per step of a Gluon dispatch item (A rows) and combine item (y rows), as traced on the H200 at
+# the production load: fp8 dispatch with 4-row items as fast at 512 columns as at 1024, slower at 256 and
+# 2048 (bf16: 25.8 us an item at 512, 27.0 at 256, 24.9 at 1024, 25.7 at 2048, bound by the 256 KB of pair
+# rows it writes); combine with 2-row items 12.6 us each at 512 columns, 16.7 at 256, 14.8 at 1024
+GLUON_DISPATCH_VALUES, GLUON_COMBINE_VALUES = 2048, 1024
 
 
 def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
-    """The launch of one fp8 call at world 1 as ``gluon_persistent.moe_persistent_gluon`` (``pc.gluon``)."""
+    """The launch of one call at world 1 as ``gluon_persistent.moe_persistent_gluon`` (``pc.gluon``), named
+    ``moe_persistent_gluon`` (fp8) or ``moe_persistent_gluon_bf16``. bf16 route items only route (one per
+    ``route_tokens`` tokens, as the schedule counts them): nothing is quantized."""
     from .gluon_persistent import moe_persistent_gluon
 
+    fp8 = cfg.precision == "fp8"
     sch = schedule(cfg, pc)
     params = [
         ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("table", "buffer_table"),
@@ -368,12 +396,13 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
     constexprs = dict(
         H=cfg.hidden, INTER=cfg.intermediate, E=cfg.num_experts, E_P2=next_pow2(cfg.num_experts), K=cfg.top_k,
         K_P2=next_pow2(cfg.top_k), E_LOC=cfg.local_experts, EL_P2=next_pow2(cfg.local_experts),
-        GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens, ROUTE_COLS=_route_cols(cfg, pc),
-        DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows,
-        BLOCK_HA=row_block(cfg.hidden, GLUON_DISPATCH_BYTES // pc.dispatch_rows),
+        GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens,
+        ROUTE_COLS=_route_cols(cfg, pc) if fp8 else cfg.hidden, DISPATCH_ROWS=pc.dispatch_rows,
+        COMBINE_ROWS=pc.combine_rows, BLOCK_HA=row_block(cfg.hidden, GLUON_DISPATCH_VALUES // pc.dispatch_rows),
         BLOCK_HC=row_block(cfg.hidden, GLUON_COMBINE_VALUES // pc.combine_rows),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
+        FP8=fp8,
     )  # fmt: skip
-    return KernelLaunch("moe_persistent_gluon", moe_persistent_gluon, tuple(params), constexprs, grid=(programs,),
-                        num_warps=4, num_stages=1)  # fmt: skip
+    return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
+                        tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip

@@ -138,7 +138,7 @@ def simulate_persistent(
     fixed = []
     for r in range(world):
         weights = persistent_weights(
-            cfg, expert_weights(w1[r * e_loc : (r + 1) * e_loc], w2[r * e_loc : (r + 1) * e_loc], cfg.precision)
+            cfg, expert_weights(w1[r * e_loc : (r + 1) * e_loc], w2[r * e_loc : (r + 1) * e_loc], cfg.precision), pc
         )
         fixed.append({**sym[r], **local[r], **weights, **descriptors(cfg, pc, weights, local[r])})
     outputs = []
