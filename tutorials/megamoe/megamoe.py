@@ -482,9 +482,12 @@ def plan_errors(
     return errors
 
 
+ROUTINGS = ("random", "skewed", "crowded")
+
+
 def check_case(
     case: tuple[int, int, int, int, int],
-    skewed: bool,
+    routing: str,
     iters: int,
     seed: int,
     precision: str = "bf16",
@@ -494,10 +497,13 @@ def check_case(
 ) -> dict:
     """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row.
 
+    ``routing`` (:data:`ROUTINGS`): "random"; "skewed", one expert every token's first choice
+    (:func:`make_inputs`); "crowded", every token's top-k the same k experts (the others get no pair).
     ``gemm_programs``: as MegaMoE's; the work counters of the persistent launch must be back at zero
     after every call. ``impl``: as MegaMoE's; "persistent" also gives the last rank no tokens in the
-    second call (world > 1) and checks after every call that the kernel's counters are back at zero and
-    its epoch and every flag count the calls; ``knobs`` override :func:`choose_persistent`'s fields.
+    second call (at world 1 the call has none) and checks after every call that the kernel's counters are
+    back at zero and its epoch and every flag count the calls; ``knobs`` override
+    :func:`choose_persistent`'s fields.
 
     bf16: against the float32 reference (TOL_NORM, TOL_ROW). fp8: weights and tokens scaled by
     :func:`block_gains`; the quantized tokens must equal ``quant.quantize_rows`` bit for bit and
@@ -520,7 +526,7 @@ def check_case(
     tol_norm, tol_row = (TOL_NORM_FP8, TOL_ROW_FP8) if fp8 else (TOL_NORM, TOL_ROW)
     e_loc = e // world
     row = {
-        "H": h, "I": i, "E": e, "top_k": k, "tokens": t_max, "world": world, "skewed": skewed, "rank": me,
+        "H": h, "I": i, "E": e, "top_k": k, "tokens": t_max, "world": world, "routing": routing, "rank": me,
         "precision": precision, "impl": impl, "knobs": knobs or {},
     }  # fmt: skip
     errors: list[str] = []
@@ -535,9 +541,11 @@ def check_case(
     ) as layer:  # fmt: skip
         for it in range(iters):
             t = t_max - (it * 7 + me) % max(1, t_max // 4)  # ranks and calls differ in token count
-            if impl == "persistent" and world > 1 and it == 1 and me == world - 1:
-                t = 0  # a rank without tokens still serves its experts
-            x, logits = make_inputs(t, h, e, skewed, seed * 1000 + it * 10 + me, dev)
+            if impl == "persistent" and it == 1 and me == world - 1:
+                t = 0  # a rank without tokens still serves its experts (at world 1: a call without any)
+            x, logits = make_inputs(t, h, e, routing == "skewed", seed * 1000 + it * 10 + me, dev)
+            if routing == "crowded":
+                logits[:, :k] += 20.0
             if fp8:
                 x = (x.float() * block_gains((1, h), seed + 3, dev)).to(torch.bfloat16)
             layer.poison()
@@ -593,7 +601,7 @@ def check_case(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", default=["small"], choices=sorted(CASES))
-    parser.add_argument("--routing", nargs="+", default=["random", "skewed"], choices=["random", "skewed"])
+    parser.add_argument("--routing", nargs="+", default=["random", "skewed"], choices=ROUTINGS)
     parser.add_argument("--iters", type=int, default=2, help="calls per layer (reuse across calls)")
     parser.add_argument(
         "--precision", default="bf16", choices=PRECISIONS, help="fp8: e4m3 GEMMs, cases with H, I % 128 == 0"
@@ -628,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             for routing in args.routing:
                 print(f"rank {me}: case {name} {case} {routing}: started", file=sys.stderr, flush=True)
                 rows.append(
-                    check_case(case, routing == "skewed", args.iters, 17 + n_case, args.precision, gemm_programs,
+                    check_case(case, routing, args.iters, 17 + n_case, args.precision, gemm_programs,
                                args.impl, knobs)
                 )
                 rows[-1]["case"] = name
@@ -645,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print(
                 f"{r['case']:6} {r['H']:5} {r['I']:5} {r['E']:4} {r['top_k']:2} {r['tokens']:4} "
-                f"{r['world']:2} {r['rank']:4} {'skewed' if r['skewed'] else 'random':8} {r['rel_err']:9.2e} "
+                f"{r['world']:2} {r['rank']:4} {r['routing']:8} {r['rel_err']:9.2e} "
                 f"{r['worst_row_err']:9.2e} {r['rel_err_vs_fp32']:9.2e}  "
                 f"{'PASS' if r['ok'] else 'FAIL ' + '; '.join(r['errors'])}"
             )
