@@ -155,15 +155,15 @@ def test_fp8_weights_put_each_gate_block_next_to_its_up_block():
 
 
 def test_bf16_weights_for_the_gluon_kernel_are_k_major_with_gate_and_up_blocks_interleaved():
-    """The Gluon kernel's bf16 weights: w1 [E, 2I, H] with each 128 gate rows of w1^T followed by the same
-    128 up rows (as fp8's w1q), w2 [E, H, I] = w2^T, both contiguous copies; the Triton kernel's are the
-    layer's own."""
+    """The Gluon kernel's bf16 weights (its default where it runs): w1 [E, 2I, H] with each 128 gate rows of
+    w1^T followed by the same 128 up rows (as fp8's w1q), w2 [E, H, I] = w2^T, both contiguous copies; the
+    Triton kernel's are the layer's own."""
     cfg = MoEConfig(256, 512, 2, 1, 256)  # 128 pairs per expert: 128-row tiles, where the Gluon kernel runs
     g = torch.Generator().manual_seed(1)
     plain = {"w1": torch.randn(2, 256, 1024, generator=g).bfloat16(),
              "w2": torch.randn(2, 512, 256, generator=g).bfloat16()}  # fmt: skip
-    assert persistent_weights(cfg, plain, choose_persistent(cfg)) is plain
-    woven = persistent_weights(cfg, plain, choose_persistent(cfg, gluon=True))
+    assert persistent_weights(cfg, plain, choose_persistent(cfg, gluon=False)) is plain
+    woven = persistent_weights(cfg, plain, choose_persistent(cfg))
     assert woven["w1"].shape == (2, 1024, 256) and woven["w1"].is_contiguous() and woven["w2"].is_contiguous()
     for e in range(2):
         for j in range(4):  # block j: its 128 gate rows, then its 128 up rows
@@ -259,17 +259,18 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
         persistent_launch(PRODUCTION, choose_persistent(PRODUCTION), 0)
     with pytest.raises(ValueError, match="half_tail needs bf16, tma_h=False"):
         persistent_launch(fp8, dataclasses.replace(choose_persistent(fp8), half_tail=True), 132)
+    triton_bf16 = choose_persistent(PRODUCTION, gluon=False)
     with pytest.raises(ValueError, match="half_tail needs bf16, tma_h=False"):
-        persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_h=True),
+        persistent_launch(PRODUCTION, dataclasses.replace(triton_bf16, half_tail=True, tma_h=True),
                           132)  # fmt: skip
-    assert persistent_launch(PRODUCTION, dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True),
+    assert persistent_launch(PRODUCTION, dataclasses.replace(triton_bf16, half_tail=True),
                              132).constexprs["HALF_TAIL"] is True  # fmt: skip
-    with_tma_a = dataclasses.replace(choose_persistent(PRODUCTION), half_tail=True, tma_a=True)
+    with_tma_a = dataclasses.replace(triton_bf16, half_tail=True, tma_a=True)
     assert persistent_launch(PRODUCTION, with_tma_a, 132).constexprs["TMA_A"] is True  # half tiles gather
 
 
 def test_default_knobs():
-    big = choose_persistent(PRODUCTION)
+    big = choose_persistent(PRODUCTION, gluon=False)
     assert (big.block_m, big.block_n1, big.block_n2, big.block_k, big.num_warps) == (128, 128, 256, 64, 8)
     assert (big.tma_w1, big.tma_w2, big.tma_h, big.half_tail) == (True, False, False, True)
     small = choose_persistent(MoEConfig(256, 192, 4, 4, 33))
@@ -280,14 +281,16 @@ def test_default_knobs():
     assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (128, 128, 256, 128, 4)
     assert fp8.route_tokens == 16 and fp8.tma_a
     assert (fp8.gluon, fp8.dispatch_rows, fp8.combine_rows) == (False, 8, 4)
-    # by default the Gluon kernel where it runs (fp8 at world 1), with smaller dispatch and combine items
+    # by default the Gluon kernel where it runs (world 1), with smaller dispatch and combine items
     fp8_gluon = choose_persistent(fp8_cfg)
     assert fp8_gluon == dataclasses.replace(fp8, gluon=True, dispatch_rows=4, combine_rows=2)
     assert not choose_persistent(dataclasses.replace(fp8_cfg, num_experts=32, world=2)).gluon
-    assert not choose_persistent(PRODUCTION).gluon, "bf16: the Triton kernel unless the Gluon one is asked for"
+    # bf16 too, with 2 rows per dispatch item (rows of twice the bytes)
     bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=True, tma_w2=True, half_tail=False,
-                                     dispatch_rows=4, combine_rows=2)  # fmt: skip
-    assert choose_persistent(PRODUCTION, gluon=True) == bf16_gluon == persistent_config(PRODUCTION, {"gluon": True})
+                                     dispatch_rows=2, combine_rows=2)  # fmt: skip
+    assert choose_persistent(PRODUCTION) == bf16_gluon == persistent_config(PRODUCTION, {})
+    assert persistent_config(PRODUCTION, {"gluon": False}) == big
+    assert persistent_config(PRODUCTION, {"half_tail": True}) == big, "knobs the Gluon kernel cannot run"
     assert persistent_config(fp8_cfg, {}) == fp8_gluon
     assert persistent_config(fp8_cfg, {"gluon": False}) == fp8
     # knobs the Gluon kernel cannot run pick the Triton kernel, unless gluon is asked for

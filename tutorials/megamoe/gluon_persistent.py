@@ -1,5 +1,5 @@
-"""The persistent call at world 1 as one warp-specialized Gluon kernel, fp8 (the default there) or bf16
-(``PersistentConfig.gluon``): ``persistent.moe_persistent``'s work items (route, plan, layout, dispatch, L1,
+"""The persistent call at world 1 as one warp-specialized Gluon kernel, fp8 or bf16 (``PersistentConfig.gluon``,
+the default where it runs): ``persistent.moe_persistent``'s work items (route, plan, layout, dispatch, L1,
 L2, combine) with its counters, layout and trace, and its GEMM items on ``gluon_scaled_tiles``' loader and
 consumers (bf16: the same stages of 128-byte rows, 64 K columns, and a K loop without scales).
 
@@ -30,11 +30,12 @@ SwiGLU and the stores off the consumers, or an expert's last tile of at most 64 
 in one item, shortened the consumers' waits and made the call slower, the clock lower.
 
 bf16 (traced, random routing): an L1 item on a full M tile takes 64.3 us, as in the Triton kernel (65.2),
-its L2 items 21.4 (23.3); what it gains there its dispatch gives back: the pair-ordered A rows that TMA
-loads are 32 MB of copies in bf16, 25-27 us a 4-token item in the first consumer at any step width (the
-128 items at once write about 2 TB/s), where the Triton kernel's bf16 L1 gathers x's rows and its
-dispatch items take 11. The call is as fast as the Triton kernel's within a run's noise (CUDA graph
-374.6 / 387.4 us against 391.1 / 382.2 in two runs), so it runs only when asked for (``gluon=1``).
+its L2 items 21.4 (23.3); its dispatch copies the pair-ordered A rows that TMA loads, 32 MB in bf16, where
+the Triton kernel's bf16 L1 gathers x's rows. With 4-token dispatch items (25-27 us each at any step
+width) the last ended 41-54 us into the call, which was as fast as the Triton kernel's; with 2-token
+items (14.7 us each) it ends at 35.5 us and the call is 2-5 % faster (CUDA graph 342.8 / 331.9 us against
+361.7 / 341.0 and 354.5 / 329.2 against 363.2 / 340.0 in two runs, random / skewed; 8-token items 357.7 /
+333.1; replayed for 3 s at the power limit 369.8 against 381.6).
 
 The math is the Triton kernel's: top-k with ties to the lower id, x quantized per token and 128 columns
 with IEEE division (the same e4m3 bits and scales, by :func:`_div_rn_by`), the block-scaled K loop of

@@ -137,8 +137,9 @@ class MegaMoE:
     ``impl="persistent"`` runs each call as one launch of ``persistent.moe_persistent`` (routing to
     write-back, no barrier kernel, no host value; calls may have 0 tokens), with the knobs of
     ``persistent`` (a :class:`PersistentConfig`, default :func:`choose_persistent`; ``tiles`` and
-    ``gemm_programs`` are the launches' and are ignored). ``impl="launches"`` (default) is the call as
-    separate launches.
+    ``gemm_programs`` are the launches' and are ignored); where that is the Gluon kernel in bf16, the layer
+    keeps a K-major copy of the weights (``persistent_weights``). ``impl="launches"`` (default) is the call
+    as separate launches.
     """
 
     def __init__(

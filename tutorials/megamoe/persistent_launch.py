@@ -72,7 +72,7 @@ class PersistentConfig:
     gluon: bool = False
 
 
-def choose_persistent(cfg: MoEConfig, gluon: bool | None = None) -> PersistentConfig:
+def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
     """Defaults for layer ``cfg``. fp8: N 128 per gate/up half in L1 and 256 in L2, 8 warps, weights through
     TMA, 16 tokens per route item; with more than 96 pairs per expert expected 128-row tiles, L1's A rows
     through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
@@ -80,12 +80,11 @@ def choose_persistent(cfg: MoEConfig, gluon: bool | None = None) -> PersistentCo
     L1 and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
     the H200, where L2's were not), half-row tail tiles (4-5 % faster at the production load; ptxas spills
     a few per-item values for them, none in a K loop); fewer pairs: 64-row tiles and 4 warps. Where the
-    Gluon kernel runs (128-row tiles at world 1, H and I multiples of 256): it when ``gluon`` is True, and
-    by default (None) in fp8 only (the H200 ran the production load's fp8 call 4-7 % faster than in the
-    Triton kernel; bf16 as fast as the Triton kernel within a run's noise, which does not pay for the
-    K-major copy of the weights it needs), with every GEMM operand through TMA, 4 stages, 4 slots per dispatch
-    item and 2 rows per combine item (its first consumer runs them alone, so smaller items keep more
-    programs at work)."""
+    Gluon kernel runs (128-row tiles at world 1, H and I multiples of 256), it unless ``gluon`` is False
+    (the H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16,
+    whose K-major copy of the weights it makes), with every GEMM operand through TMA, 4 stages, 4 slots
+    per dispatch item in fp8 and 2 in bf16 (twice the bytes a row), 2 rows per combine item (its first
+    consumer runs them alone, so smaller items keep more programs at work)."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
@@ -100,15 +99,14 @@ def choose_persistent(cfg: MoEConfig, gluon: bool | None = None) -> PersistentCo
         else:
             pc = PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
                                   num_stages=3, tma_w2=False)  # fmt: skip
-    if gluon is None:
-        gluon = cfg.precision == "fp8"
     gluon_pc = dataclasses.replace(pc, gluon=True, block_n1=FP8_BLOCK, num_stages=4, tma_a=True, tma_w1=True,
-                                   tma_w2=True, half_tail=False, dispatch_rows=4, combine_rows=2)  # fmt: skip
+                                   tma_w2=True, half_tail=False, dispatch_rows=4 if cfg.precision == "fp8" else 2,
+                                   combine_rows=2)  # fmt: skip
     return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
 
 
 def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig:
-    """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the default kernel's where it runs
+    """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the Gluon kernel's where it runs
     them, unless ``knobs`` sets ``gluon`` (False: the Triton kernel's; True: the Gluon kernel's, which
     ``persistent_launch`` refuses where it cannot run), else the Triton kernel's (e.g. ``block_m=64``)."""
     if "gluon" in knobs:
