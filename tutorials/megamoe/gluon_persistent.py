@@ -597,25 +597,28 @@ def _h_out(gate, up, h_ptr, hs_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr)
     scale = gl.div_rn(gl.maximum(gl.max(gl.abs(v), axis=1), _AMAX_FLOOR), _FP8_MAX)
     q = gl.minimum(gl.maximum(_div_rn_by(v, gl.expand_dims(scale, 1)), -_FP8_MAX), _FP8_MAX).to(gl.float8e4nv)
     gl.store(hs_ptr + offs_m.to(gl.int64) * (INTER // QBLOCK) + pid_n, scale, mask=offs_m < row_end)
-    rows_16b: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])  # a row's 128 bytes: 8 threads
-    q = gl.convert_layout(q, rows_16b)
+    _block_out(q, h_ptr, offs_m, row_end, pid_n * QBLOCK, INTER)
+
+
+@gluon.jit
+def _block_out(v, out_ptr, offs_m, row_end, col0, ROW_LEN: gl.constexpr):
+    """128 columns of a consumer's rows (``v``, in the wgmma layout and the output's dtype) into rows of
+    ROW_LEN values at ``out_ptr`` from column ``col0``, 16 bytes per store after a layout conversion (a row
+    over 8 threads in fp8, 16 in bf16); rows past the expert's (an expert's last, partial tile, whose
+    further rows are the next expert's) are not stored."""
+    VEC: gl.constexpr = 128 // v.dtype.primitive_bitwidth  # values in 16 bytes
+    rows_16b: gl.constexpr = gl.BlockedLayout([1, VEC], [VEC * 32 // QBLOCK, QBLOCK // VEC], [4, 1], [1, 0])
     rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
-    cols = pid_n * QBLOCK + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
-    out = h_ptr + gl.expand_dims(rows.to(gl.int64) * INTER, 1) + gl.expand_dims(cols, 0)
-    gl.store(out, q, mask=gl.expand_dims(rows < row_end, 1))
+    cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
+    out = out_ptr + gl.expand_dims(rows.to(gl.int64) * ROW_LEN, 1) + gl.expand_dims(cols, 0)
+    gl.store(out, gl.convert_layout(v, rows_16b), mask=gl.expand_dims(rows < row_end, 1))
 
 
 @gluon.jit
 def _h_out_bf16(gate, up, h_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr):
-    """silu(gate) * up of a consumer's rows as bf16 into h's 128 columns of N tile ``pid_n``, 16 bytes per
-    store after a layout conversion (``persistent._l1_tile_bf16``'s values); rows past the expert's are not
-    stored."""
-    v = (gate * (1 / (1 + gl.exp(-gate))) * up).to(gl.bfloat16)
-    rows_16b: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # a row's 256 bytes: 16 threads
-    rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
-    cols = pid_n * QBLOCK + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
-    out = h_ptr + gl.expand_dims(rows.to(gl.int64) * INTER, 1) + gl.expand_dims(cols, 0)
-    gl.store(out, gl.convert_layout(v, rows_16b), mask=gl.expand_dims(rows < row_end, 1))
+    """silu(gate) * up of a consumer's rows as bf16 into h's 128 columns of N tile ``pid_n``
+    (``persistent._l1_tile_bf16``'s values); rows past the expert's are not stored."""
+    _block_out((gate * (1 / (1 + gl.exp(-gate))) * up).to(gl.bfloat16), h_ptr, offs_m, row_end, pid_n * QBLOCK, INTER)
 
 
 @gluon.jit
@@ -649,16 +652,10 @@ def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.cons
 
 @gluon.jit
 def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
-    """A consumer's rows of an L2 tile (two 128-column blocks from ``col0``) into y_pair, 16 bytes per store
-    after a layout conversion; rows past the expert's (an expert's last, partial tile, whose further rows
-    are the next expert's) are not stored."""
-    rows_16b: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # a row's 256 bytes: 16 threads
-    rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
-    cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
-    out = y_pair + gl.expand_dims(rows.to(gl.int64) * H, 1) + gl.expand_dims(cols, 0)
-    keep = gl.expand_dims(rows < row_end, 1)
-    gl.store(out, gl.convert_layout(lo.to(gl.bfloat16), rows_16b), mask=keep)
-    gl.store(out + QBLOCK, gl.convert_layout(hi.to(gl.bfloat16), rows_16b), mask=keep)
+    """A consumer's rows of an L2 tile (two 128-column blocks from ``col0``) as bf16 into y_pair
+    (:func:`_block_out`)."""
+    _block_out(lo.to(gl.bfloat16), y_pair, offs_m, row_end, col0, H)
+    _block_out(hi.to(gl.bfloat16), y_pair, offs_m, row_end, col0 + QBLOCK, H)
 
 
 @gluon.jit
