@@ -187,13 +187,16 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
 
 
 def _route_cols(cfg: MoEConfig, pc: PersistentConfig) -> int:
-    """Columns of x per route item: the largest power of two <= route_cols dividing H (fp8: >= 128)."""
+    """Columns of x per route item: the largest power of two <= route_cols dividing H (fp8: >= 128); all H
+    in bf16 at world 1, whose route items neither quantize nor copy x (one item per ``route_tokens``)."""
+    if cfg.precision != "fp8" and cfg.world == 1:
+        return cfg.hidden
     return row_block(cfg.hidden, max(pc.route_cols, FP8_BLOCK) if cfg.precision == "fp8" else max(pc.route_cols, 64))
 
 
 def schedule(cfg: MoEConfig, pc: PersistentConfig) -> Schedule:
     """The work items of one call of layer ``cfg`` with knobs ``pc``."""
-    chunks = cfg.hidden // _route_cols(cfg, pc) if (cfg.precision == "fp8" or cfg.world > 1) else 1
+    chunks = cfg.hidden // _route_cols(cfg, pc)
     return Schedule.of(
         cfg, block_m=pc.block_m, n1_tiles=cfg.intermediate // pc.block_n1, n2_tiles=cfg.hidden // pc.block_n2,
         route_items=cdiv(cfg.max_tokens, pc.route_tokens) * chunks, dispatch_rows=pc.dispatch_rows,
@@ -378,8 +381,7 @@ GLUON_DISPATCH_VALUES, GLUON_COMBINE_VALUES = 2048, 1024
 
 def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
     """The launch of one call at world 1 as ``gluon_persistent.moe_persistent_gluon`` (``pc.gluon``), named
-    ``moe_persistent_gluon`` (fp8) or ``moe_persistent_gluon_bf16``. bf16 route items only route (one per
-    ``route_tokens`` tokens, as the schedule counts them): nothing is quantized."""
+    ``moe_persistent_gluon`` (fp8) or ``moe_persistent_gluon_bf16``."""
     from .gluon_persistent import moe_persistent_gluon
 
     fp8 = cfg.precision == "fp8"
@@ -395,7 +397,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         H=cfg.hidden, INTER=cfg.intermediate, E=cfg.num_experts, E_P2=next_pow2(cfg.num_experts), K=cfg.top_k,
         K_P2=next_pow2(cfg.top_k), E_LOC=cfg.local_experts, EL_P2=next_pow2(cfg.local_experts),
         GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens,
-        ROUTE_COLS=_route_cols(cfg, pc) if fp8 else cfg.hidden, DISPATCH_ROWS=pc.dispatch_rows,
+        ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows,
         COMBINE_ROWS=pc.combine_rows, BLOCK_HA=row_block(cfg.hidden, GLUON_DISPATCH_VALUES // pc.dispatch_rows),
         BLOCK_HC=row_block(cfg.hidden, GLUON_COMBINE_VALUES // pc.combine_rows),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
