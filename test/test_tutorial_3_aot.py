@@ -284,8 +284,8 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
 def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name, tmp_path):
     """``gluon_persistent.moe_persistent_gluon`` (the call at world 1 in Gluon), as the layer launches it in
     fp8 and in bf16, compiles for sm_90 with four stages: fp8 / bf16 wgmma from the stages, registers
-    reallocated per partition, shared memory within an SM's, the raw bounded waits and signal inlined (no
-    raw function left), no wgmma serialized and no wait added by ptxas (C75xx). fp8: each consumer's two K
+    reallocated per partition, shared memory within an SM's, the raw bounded waits, signal and SwiGLU inlined
+    (no raw function left), no wgmma serialized and no wait added by ptxas (C75xx). fp8: each consumer's two K
     loops (L1's, L2's) wait three times per two K blocks with one wgmma in flight; bf16: its one K loop
     (L1's and L2's) three times per four K blocks with two (a K block's pair) in flight, then for all. In the
     K loops ptxas reloads at most one word from the stack (the shared memory base, kept there across the
@@ -304,6 +304,7 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.{mma}", ptx)
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
     assert "st.release.sys.b64" in ptx and "nanosleep" in ptx, "the plan flag's signal; the gentle polls"
+    assert "ex2.approx.ftz.f32" in ptx and "rcp.approx.ftz.f32" in ptx, "the SwiGLU epilogue's raw moe_swiglu"
     assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
     assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
     code = sass(compiled.asm["cubin"], tmp_path)

@@ -80,7 +80,7 @@ def core(gpus: int) -> Suite:
         Step("doctor", ("triton-raw", "doctor"), 60, required=False),
         # -o pythonpath=: the checkout's root stays behind the installed plugin on sys.path (setup.sh)
         Step("pytest", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "pythonpath=",
-                        "test/test_gpu_core.py", "test/test_tutorial_3_gluon_division.py"), 240),
+                        "test/test_gpu_core.py", "test/test_tutorial_3_gluon_arithmetic.py"), 240),
         Step("bandwidth", ("python3", "-m", "bench.elementwise_bandwidth", "--out", "{dir}"), 120),
         Step("ring", ("python3", "-m", "scripts.gpu.nvshmem_ring", "--world", "1", "2", "4", "--steps", "20",
                       "--out", "{dir}"), 400, shared_gpu=True),

@@ -1,6 +1,12 @@
-"""Tutorial 3's Gluon kernel divides by a row's fp8 scale with one reciprocal per row and an FMA
-correction per value (``gluon_persistent._div_rn_by``): the quotients must be ``gl.div_rn``'s bit for bit,
-so that the kernel quantizes x and h to the bits the reference and the Triton kernel do (on the GPU)."""
+"""Tutorial 3's Gluon kernel computes its elementwise math in fewer instructions than the Triton kernel's
+formulas and must give their bits (on the GPU):
+
+* it divides by a row's fp8 scale with one reciprocal per row and an FMA correction per value
+  (``gluon_persistent._div_rn_by``): the quotients are ``gl.div_rn``'s, so x and h quantize to the bits the
+  reference and the Triton kernel give;
+* it converts to e4m3 without clamping first (``_e4m3``): the conversion saturates, as the clamps did;
+* its SwiGLU is the raw ``moe_swiglu`` (ftz ex2 and rcp): Triton's ``g * (1 / (1 + exp(-g))) * u`` wherever
+  that stays in the normal range."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from conftest import requires_gpu
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from tutorials.megamoe.gluon_persistent import _div_rn_by
+from tutorials.megamoe.gluon_persistent import _div_rn_by, _e4m3, moe_swiglu
 
 ROWS, COLS = 32, 128
 
@@ -89,3 +95,53 @@ def test_division_by_any_normal_scale_is_div_rn_bit_for_bit_where_the_residual_i
     assert torch.equal(fast_in.view(torch.int32), exact_in.view(torch.int32)), _bits_differ(fast_in, exact_in, v, scale)
     assert torch.equal(torch.signbit(fast), torch.signbit(exact))
     assert torch.equal(_e4m3_bits(fast), _e4m3_bits(exact))
+
+
+@gluon.jit
+def _swiglu(g_ptr, u_ptr, raw_ptr, triton_ptr, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    g, u = gl.load(g_ptr + offs), gl.load(u_ptr + offs)
+    gl.store(raw_ptr + offs, moe_swiglu(g, u))
+    gl.store(triton_ptr + offs, g * (1 / (1 + gl.exp(-g))) * u)
+
+
+@requires_gpu
+def test_swiglu_is_tritons_formula_bit_for_bit_in_the_normal_range():
+    """Gates over -100 .. 100 (and 0, subnormal): the raw SwiGLU equals Triton's formula bit for bit wherever
+    exp(-g) stays below 2**126 (g > -87), and silu(g) * u within 2e-5 everywhere (the rounding of g * log2(e)
+    before ex2 makes most of that at large |g|, in both); no NaN from the ftz shortcuts (a gate of -100
+    gives a signed 0)."""
+    gen = torch.Generator().manual_seed(0)
+    n = 1 << 16
+    g = torch.empty(n).uniform_(-100.0, 100.0, generator=gen)
+    g[:64] = torch.tensor([0.0, -0.0, 1e-40, -1e-40, -86.9, -87.5, -88.7, -89.0, 88.0, 100.0] * 6 + [0.0] * 4)
+    u = torch.randn(n, generator=gen)
+    raw, triton_formula = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+    _swiglu[(n // 512,)](g.cuda(), u.cuda(), raw, triton_formula, 512, num_warps=4)
+    raw, triton_formula = raw.cpu(), triton_formula.cpu()
+    assert not raw.isnan().any()
+    normal = g > -87.0
+    assert torch.equal(raw[normal].view(torch.int32), triton_formula[normal].view(torch.int32))
+    exact = (g.double() * torch.sigmoid(g.double()) * u.double()).float()
+    assert torch.allclose(raw, exact, rtol=2e-5, atol=1e-30)
+
+
+@gluon.jit
+def _to_e4m3(q_ptr, out_ptr, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    gl.store(out_ptr + offs, _e4m3(gl.load(q_ptr + offs)))
+
+
+@requires_gpu
+def test_e4m3_conversion_saturates_as_the_clamps_did():
+    """Quotients past e4m3's range (up to +-inf) convert to +-448 without clamps, and every other value to
+    the clamped conversion's bits."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(1 << 14, generator=gen) * torch.exp2(torch.randint(-12, 14, (1 << 14,), generator=gen).float())
+    q[:8] = torch.tensor([448.0, -448.0, 463.9, 464.0, -470.0, 1e30, float("inf"), float("-inf")])
+    out = torch.empty(q.shape, dtype=torch.float8_e4m3fn, device="cuda")
+    _to_e4m3[(q.numel() // 512,)](q.cuda(), out, 512, num_warps=4)
+    assert (q.abs() > 448).sum() > 100
+    assert torch.equal(out.cpu().view(torch.uint8), _e4m3_bits(q))
