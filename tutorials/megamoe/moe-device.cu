@@ -204,7 +204,8 @@ extern "C" __device__ void moe_signal_async(long long *flag_sym, long long value
 // silu(gate) * up as Triton computes gate * (1 / (1 + exp(-gate))) * up (ex2.approx of the same product, then
 // a reciprocal that for normal values is div.full's), without the range handling ptxas adds around the
 // non-ftz ex2 and div.full: 6 instructions a value instead of 13. Only values past the normal range differ
-// (gate < -87: 0 instead of a subnormal); the SwiGLU epilogues issue it once per value of h.
+// (gate < -87: 0 instead of a subnormal); the SwiGLU epilogues issue it once per value of h. Raw CUDA because
+// Triton's exp and division only come in the non-ftz forms and Gluon has no inline assembly before Triton 3.9.
 extern "C" __device__ float moe_swiglu(float gate, float up) {
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(gate * -1.4426950408889634f));
