@@ -359,7 +359,7 @@ def test_trace_summary_per_region():
     """Two route items, the plan, the layout, and two L1 tiles (one waited 3 us); the rest never ran."""
     import numpy as np
 
-    from tutorials.megamoe.trace_persistent import format_summary, summarize
+    from tutorials.megamoe.trace_persistent import format_summary, item_times, summarize
 
     cfg = dataclasses.replace(PRODUCTION, max_tokens=64)
     sch = schedule(cfg, choose_persistent(cfg))
@@ -392,6 +392,10 @@ def test_trace_summary_per_region():
     l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
     assert (l1["tail_items"], l1["full_mean_item_us"], l1["idle_items"]) == (0, 5, 1)
     assert len(format_summary(summarize(trace, sch, rows, 128))) == 2 + 4 + 1
+    times = item_times(trace, sch)  # the same rows item by item, from the call's first item
+    assert list(times) == ["route", "plan", "layout", "l1"]
+    assert times["route"] == [[0.0, 0.0, 2.0, 0], [0.5, 0.0, 1.5, 1]]
+    assert times["l1"] == [[5.0, 8.0, 10.0, 0], [5.0, 5.0, 9.0, 2]]
 
 
 def test_trace_summary_sets_apart_the_gemm_items_started_after_dispatch():

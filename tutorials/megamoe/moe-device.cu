@@ -160,17 +160,6 @@ extern "C" __device__ int moe_wait_flag(const long long *flag, long long epoch, 
   return 0;
 }
 
-// moe_wait_flag for one partition of a warp-specialized program: every calling thread waits itself, with
-// no CTA barrier, polling as moe_wait_async does, then a system-scope fence (the peer's stores before its
-// release are then visible to this thread's loads).
-extern "C" __device__ int moe_wait_flag_async(const long long *flag, long long epoch, int what, int me, int peer,
-                                              int timeout_ms) {
-  triton_raw_wait_ge<TRITON_RAW_ACQUIRE_FENCE_GPU>(flag, epoch, moe_wait_names[what], me, peer, timeout_ms,
-                                                   MOE_POLL_NS);
-  __threadfence_system();
-  return 0;
-}
-
 // Raises PE `pe`'s copy of the symmetric int64 word `flag_sym` to `value` (block-collective). Every
 // thread's earlier stores (to this PE's memory or to peers') are made visible first: a CTA barrier,
 // a system-scope fence, then one release store at system scope, which the peer's acquire in

@@ -115,9 +115,28 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     return {"span_us": span_us, "sms": sms, "busy_fraction": busy / (span_us * sms), "regions": regions}
 
 
-def traced_run(layer, run: Callable[[], None]) -> dict:
+def item_times(trace: np.ndarray, schedule: Schedule) -> dict[str, list[list[float]]]:
+    """Each region's items that ran, in index order, as [start, wait ended, end] in us from the call's first
+    item (wait ended: 0.0 where the item records none) and the SM: what :func:`summarize` sums up, for
+    plotting or for questions its means do not answer (which items waited for what)."""
+    ran = trace[:, END] > 0
+    t0 = trace[ran, START].min()
+    starts = schedule.starts()
+    bounds = [0, *(starts[f"{r.upper()}_START"] for r in Schedule.REGIONS[1:]), starts["N_ITEMS"]]
+    out = {}
+    for name, lo, hi in zip(Schedule.REGIONS, bounds, bounds[1:], strict=False):
+        rows = trace[lo:hi][ran[lo:hi]]
+        if len(rows):
+            ready = np.where(rows[:, READY] > 0, (rows[:, READY] - t0) / 1e3, 0.0)
+            out[name] = [[round(float(a), 3), round(float(b), 3), round(float(c), 3), int(d)] for a, b, c, d in
+                         zip((rows[:, START] - t0) / 1e3, ready, (rows[:, END] - t0) / 1e3, rows[:, SM], strict=True)]
+    return out
+
+
+def traced_run(layer, run: Callable[[], None], items: bool = False) -> dict:
     """:func:`summarize` of one ``run`` of a persistent layer built with ``trace``: its trace rows zeroed
-    first, then its trace and layout buffers read once the run has finished."""
+    first, then its trace and layout buffers read once the run has finished; with ``items`` also
+    :func:`item_times` under ``"items"``."""
     import torch
 
     from .persistent_launch import schedule
@@ -128,7 +147,9 @@ def traced_run(layer, run: Callable[[], None]) -> dict:
     pc = layer.persistent
     sch = schedule(layer.cfg, pc)
     rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m)
-    return summarize(layer.local["trace"].cpu().numpy(), sch, rows, pc.block_m)
+    trace = layer.local["trace"].cpu().numpy()
+    summary = summarize(trace, sch, rows, pc.block_m)
+    return {**summary, "items": item_times(trace, sch)} if items else summary
 
 
 def format_summary(summary: dict) -> list[str]:
@@ -183,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                         help='PersistentConfig overrides, e.g. "block_m=64 num_warps=4" ("" = the defaults)')
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--items", action="store_true", help="also each item's times and SM in the JSON")
     args = parser.parse_args(argv)
 
     from triton_raw_ext import runtime as rt
@@ -201,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent", persistent=pc)
         y = torch.empty_like(x)
         ms = triton.testing.do_bench(lambda layer=layer, y=y: layer(x, logits, out=y), rep=args.rep_ms)
-        summary = traced_run(layer, lambda layer=layer, y=y: layer(x, logits, out=y))
+        summary = traced_run(layer, lambda layer=layer, y=y: layer(x, logits, out=y), items=args.items)
         results.append({"config": dataclasses.asdict(pc), "eager_us": ms * 1e3, **summary})
         print(f"== {args.precision} {args.routing} [{text or 'defaults'}]: {ms * 1e3:.1f} us per eager call")
         print("\n".join(format_summary(summary)), flush=True)
