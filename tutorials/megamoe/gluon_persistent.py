@@ -104,6 +104,7 @@ from .persistent import (
     WAIT_LANDED,
     WAIT_LAYOUT,
     WAIT_ROUTE,
+    WAIT_ROUTED,
     _globaltimer,
     _trace_item,
 )
@@ -477,7 +478,7 @@ def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
     sched = _buffer(table, SCHED, gl.int32)
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
-    zero = moe_wait_async(sched + SENT_COUNT, T, WAIT_ROUTE, me, wait_ms)
+    zero = moe_wait_async(sched + SENT_COUNT, T, WAIT_ROUTED, me, wait_ms)
     e1 = gl.arange(0, EL_P2, layout=VEC)
     total = gl.load(sched + PAIR_COUNT + e1 + zero, mask=e1 < E_LOC, other=0, cache_modifier=".cg")
     rows = gl.load(sched + SENT_COUNT + zero, cache_modifier=".cg")

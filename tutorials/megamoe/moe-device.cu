@@ -105,6 +105,7 @@ extern "C" __device__ void moe_barrier(uint64_t *arrived_sym, long long *epoch, 
 static __device__ const char *const moe_wait_names[] = {
     "route items done",      "layout done",           "dispatch items done", "rows landed in M tile",
     "L1 tiles done of M tile", "L2 tiles done of M tile", "plan flag",           "combine flag",
+    "tokens routed",
 };
 
 // Returns 0 once `*counter >= expected` (an int32 work counter of this PE's own kernel, raised with

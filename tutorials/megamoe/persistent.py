@@ -126,7 +126,7 @@ TRACE_WORDS = tl.constexpr(len(TRACE_FIELDS))
 # (the report of an expired wait prints the name).
 WAIT_NAMES = (
     "route items done", "layout done", "dispatch items done", "rows landed in M tile", "L1 tiles done of M tile",
-    "L2 tiles done of M tile", "plan flag", "combine flag",
+    "L2 tiles done of M tile", "plan flag", "combine flag", "tokens routed",
 )  # fmt: skip
 WAIT_ROUTE = tl.constexpr(WAIT_NAMES.index("route items done"))
 WAIT_LAYOUT = tl.constexpr(WAIT_NAMES.index("layout done"))
@@ -136,6 +136,7 @@ WAIT_L1 = tl.constexpr(WAIT_NAMES.index("L1 tiles done of M tile"))
 WAIT_L2 = tl.constexpr(WAIT_NAMES.index("L2 tiles done of M tile"))
 WAIT_PLAN = tl.constexpr(WAIT_NAMES.index("plan flag"))
 WAIT_COMBINE = tl.constexpr(WAIT_NAMES.index("combine flag"))
+WAIT_ROUTED = tl.constexpr(WAIT_NAMES.index("tokens routed"))  # the Gluon kernel's plan item
 
 
 def cdiv(a: int, b: int) -> int:

@@ -12,7 +12,8 @@ the table of its last call::
 
     python -m tutorials.megamoe.trace_persistent --precision bf16 --config "" --config "block_m=64 num_warps=4"
 
-JSON to ``--json`` (one entry per config). Needs a GPU.
+JSON to ``--json`` (one entry per config; with ``--items`` also each item's times and SM, by region). Needs a
+GPU.
 """
 
 from __future__ import annotations
