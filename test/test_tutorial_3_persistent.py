@@ -396,6 +396,8 @@ def test_trace_summary_per_region():
     assert list(times) == ["route", "plan", "layout", "l1"]
     assert times["route"] == [[0.0, 0.0, 2.0, 0], [0.5, 0.0, 1.5, 1]]
     assert times["l1"] == [[5.0, 8.0, 10.0, 0], [5.0, 5.0, 9.0, 2]]
+    with pytest.raises(ValueError, match=r"item_times: no item of the trace ran \(was the layer built with trace=True"):
+        item_times(np.zeros_like(trace), sch)
 
 
 def test_trace_summary_sets_apart_the_gemm_items_started_after_dispatch():

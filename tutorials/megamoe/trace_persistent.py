@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,24 @@ def _mean(values: np.ndarray, where: np.ndarray) -> float:
     return float(values[where].mean()) if where.any() else 0.0
 
 
+def _ran(trace: np.ndarray, who: str) -> np.ndarray:
+    """Which items of ``trace`` ran; ValueError naming ``who`` when none did."""
+    ran = trace[:, END] > 0
+    if not ran.any():
+        raise ValueError(f"{who}: no item of the trace ran (was the layer built with trace=True?)")
+    return ran
+
+
+def _regions(trace: np.ndarray, schedule: Schedule) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """(region, which of its items ran, their trace rows) for each region of ``schedule`` with an item that ran."""
+    starts = schedule.starts()
+    bounds = [0, *(starts[f"{r.upper()}_START"] for r in Schedule.REGIONS[1:]), starts["N_ITEMS"]]
+    for name, lo, hi in zip(Schedule.REGIONS, bounds, bounds[1:], strict=False):
+        ran = trace[lo:hi, END] > 0
+        if ran.any():
+            yield name, ran, trace[lo:hi][ran]
+
+
 def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.ndarray] | None = None,
               block_m: int = 0) -> dict:  # fmt: skip
     """Per-region timing of one traced call from its ``trace`` rows ([N_ITEMS, len(TRACE_FIELDS)] int64,
@@ -67,19 +85,13 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     items taken past the call's M tiles, which only end the region. The GEMM regions also report their items
     that started once the last dispatch item had ended (``settled_items``, ``settled_mean_item_us``,
     ``settled_mean_wait_us``): the region's means mix them with the first items, which wait for dispatch."""
-    ran = trace[:, END] > 0
-    if not ran.any():
-        raise ValueError("summarize: no item of the trace ran (was the layer built with trace=True?)")
+    ran = _ran(trace, "summarize")
     t0, t_end = trace[ran, START].min(), trace[ran, END].max()
     starts = schedule.starts()
-    bounds = [0, *(starts[f"{r.upper()}_START"] for r in Schedule.REGIONS[1:]), starts["N_ITEMS"]]
     dispatch = trace[starts["DISPATCH_START"] : starts["L1_START"]]
     dispatched = dispatch[dispatch[:, END] > 0]
     regions = {}
-    for name, lo, hi in zip(Schedule.REGIONS, bounds, bounds[1:], strict=False):
-        rows = trace[lo:hi][ran[lo:hi]]
-        if not len(rows):
-            continue
+    for name, region_ran, rows in _regions(trace, schedule):
         took = (rows[:, END] - rows[:, START]) / 1e3
         waited = np.where(rows[:, READY] > 0, rows[:, READY] - rows[:, START], 0) / 1e3
         regions[name] = {
@@ -99,7 +111,7 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
                 "settled_mean_wait_us": _mean(waited, settled),
             })  # fmt: skip
         if item_rows is not None and name in item_rows:
-            pairs = item_rows[name][ran[lo:hi]]
+            pairs = item_rows[name][region_ran]
             tail, full = (pairs > 0) & (pairs < block_m), pairs >= block_m
             regions[name].update({
                 "tail_items": int(tail.sum()),
@@ -120,17 +132,12 @@ def item_times(trace: np.ndarray, schedule: Schedule) -> dict[str, list[list[flo
     """Each region's items that ran, in index order, as [start, wait ended, end] in us from the call's first
     item (wait ended: 0.0 where the item records none) and the SM: what :func:`summarize` sums up, for
     plotting or for questions its means do not answer (which items waited for what)."""
-    ran = trace[:, END] > 0
-    t0 = trace[ran, START].min()
-    starts = schedule.starts()
-    bounds = [0, *(starts[f"{r.upper()}_START"] for r in Schedule.REGIONS[1:]), starts["N_ITEMS"]]
+    t0 = trace[_ran(trace, "item_times"), START].min()
     out = {}
-    for name, lo, hi in zip(Schedule.REGIONS, bounds, bounds[1:], strict=False):
-        rows = trace[lo:hi][ran[lo:hi]]
-        if len(rows):
-            ready = np.where(rows[:, READY] > 0, (rows[:, READY] - t0) / 1e3, 0.0)
-            out[name] = [[round(float(a), 3), round(float(b), 3), round(float(c), 3), int(d)] for a, b, c, d in
-                         zip((rows[:, START] - t0) / 1e3, ready, (rows[:, END] - t0) / 1e3, rows[:, SM], strict=True)]
+    for name, _, rows in _regions(trace, schedule):
+        ready = np.where(rows[:, READY] > 0, (rows[:, READY] - t0) / 1e3, 0.0)
+        out[name] = [[round(float(a), 3), round(float(b), 3), round(float(c), 3), int(d)] for a, b, c, d in
+                     zip((rows[:, START] - t0) / 1e3, ready, (rows[:, END] - t0) / 1e3, rows[:, SM], strict=True)]
     return out
 
 
