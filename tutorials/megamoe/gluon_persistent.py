@@ -481,10 +481,10 @@ def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
     zero = moe_wait_async(sched + SENT_COUNT, T, WAIT_ROUTED, me, wait_ms)
     e1 = gl.arange(0, EL_P2, layout=VEC)
     total = gl.load(sched + PAIR_COUNT + e1 + zero, mask=e1 < E_LOC, other=0, cache_modifier=".cg")
-    rows = gl.load(sched + SENT_COUNT + zero, cache_modifier=".cg")
-    gl.store(_buffer(table, SEND_COUNT, gl.int32), rows)
+    tokens = gl.load(sched + SENT_COUNT + zero, cache_modifier=".cg")  # world 1: sent and received alike
+    gl.store(_buffer(table, SEND_COUNT, gl.int32), tokens)
     gl.store(_buffer(table, SEND_PAIRS, gl.int32) + e1, total, mask=e1 < E_LOC)
-    gl.store(_buffer(table, RECV_N, gl.int32), rows)
+    gl.store(_buffer(table, RECV_N, gl.int32), tokens)
     tiles = (total + QBLOCK - 1) // QBLOCK
     first_pair = _cumsum(total, 0) - total
     gl.store(layout_ptr, gl.sum(tiles, axis=0))
