@@ -305,6 +305,9 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
     assert "st.release.sys.b64" in ptx and "nanosleep" in ptx, "the plan flag's signal; the gentle polls"
     assert "ex2.approx.ftz.f32" in ptx and "rcp.approx.ftz.f32" in ptx, "the SwiGLU epilogue's raw moe_swiglu"
+    # what an expired wait writes into its report, byte by byte: the plan item waits for the routed tokens
+    reported = "".join(chr(int(b)) for b in re.findall(r"st\.volatile\.b8\s+\[[^\]]+\],\s*(\d+);", ptx))
+    assert "tokens routed" in reported and "plan flag" not in reported
     assert 4 * 3 * 128 * 128 <= compiled.metadata.shared <= SHARED_LIMIT
     assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
     code = sass(compiled.asm["cubin"], tmp_path)
