@@ -480,6 +480,50 @@ def test_knob_overrides_parse_the_sweeps_strings_and_refuse_others_naming_the_fi
         _config("bogus=1")
 
 
+def test_benchmark_variants_name_their_layers_and_refuse_what_they_cannot_build():
+    """``benchmark --variant LABEL:NAME=VALUE,...``: a persistent layer ``persistent_LABEL`` per string with
+    those knobs (none is a variant with --knob's alone), its rows and error named after it; malformed
+    strings, repeated labels, the twin's label and variants without the persistent impl are refused naming
+    the string."""
+    from tutorials.megamoe.benchmark import _err_name, _row_prefix, variants
+
+    got = variants(["gather:tma_a=0,dispatch_rows=16", "plain:"], ["persistent"])
+    assert got == {"persistent_gather": {"tma_a": False, "dispatch_rows": 16}, "persistent_plain": {}}
+    assert (_row_prefix("persistent_gather"), _err_name("persistent_gather")) == (
+        "persistent_gather", "megamoe_persistent_gather")  # fmt: skip
+    assert (_row_prefix("persistent"), _err_name("persistent")) == ("persistent", "megamoe_persistent")
+    refused = [("tma_a=0", "use LABEL:NAME=VALUE"), ("Big:tma_a=0", "use LABEL"),
+               ("triton:tma_a=0", "other than 'triton'"), ("g:stages=4", "'stages=4': use NAME=VALUE")]  # fmt: skip
+    for text, why in refused:
+        with pytest.raises(SystemExit, match=f"--variant '{text}': .*{why}"):
+            variants([text], ["persistent"])
+    with pytest.raises(SystemExit, match="label 'g' given twice"):
+        variants(["g:tma_a=0", "g:tma_a=1"], ["persistent"])
+    with pytest.raises(SystemExit, match="add persistent to --impls"):
+        variants(["g:tma_a=0"], ["launches"])
+
+
+def test_benchmark_rounds_take_turns_and_keep_each_rows_median():
+    """``--rounds N``: every row measured N times for rep_ms / N, the rows in turn, each row the median of
+    its rounds; one round is one measurement of rep_ms per row."""
+    from tutorials.megamoe.benchmark import median_of_rounds
+
+    calls = []
+    times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 7.0])}
+
+    def measure(fn, rep_ms):
+        calls.append((fn(), rep_ms))
+        return next(times[calls[-1][0]])
+
+    rows = median_of_rounds({"a": lambda: "a", "b": lambda: "b"}, 300, 3, measure)
+    assert rows == {"a": 2.0, "b": 7.0}
+    assert calls == [("a", 100), ("b", 100)] * 3
+    calls.clear()
+    times = {"a": iter([4.0]), "b": iter([6.0])}
+    assert median_of_rounds({"a": lambda: "a", "b": lambda: "b"}, 300, 1, measure) == {"a": 4.0, "b": 6.0}
+    assert calls == [("a", 300), ("b", 300)]
+
+
 def test_fp8_gemms_settle_each_k_step_from_triton_3_7():
     """From Triton 3.7 on ptxas serializes every wgmma when one is left in flight across a loop's back edge,
     so the fp8 GEMMs wait for each K step's last wgmma there; before, the overlap is kept."""

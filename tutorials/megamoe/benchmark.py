@@ -3,8 +3,10 @@
 Layers, side by side in one run (``--impls``, default ``launches``): the call as separate launches
 (rows ``megamoe_*``, with its phases alone and, bf16 at world 1, L1 and L2 as one launch:
 ``megamoe_fused_gemms_graph``, ``grouped_gemms_fused``) and as one persistent launch (rows
-``persistent_*``; ``--knob NAME=VALUE`` sets its ``PersistentConfig`` fields for a sweep). Each routing of
-``--routing`` (random, or one hot expert) gets fresh inputs, its own rows and its own JSON.
+``persistent_*``; ``--knob NAME=VALUE`` sets its ``PersistentConfig`` fields for a sweep, and each
+``--variant LABEL:NAME=VALUE,...`` adds a persistent layer with those fields over them, rows
+``persistent_LABEL_*``). Each routing of ``--routing`` (random, or one hot expert) gets fresh inputs, its
+own rows and its own JSON.
 
 Baselines, in the same run: at world 1 the torch bf16 per-expert loop (``reference.reference_bf16``);
 at world > 1 (one PE per GPU, NCCL) the expert-parallel torch layer with grouped GEMMs in the layer's
@@ -21,7 +23,9 @@ exits 1 when one is off by more than the correctness check allows, else 2 when t
 persistent graph misses its goal (``GOALS_US`` at world 1, ``GOALS_US_PER_RANK`` at world > 1, random
 routing) or the world-1 ratio misses its goal, else 0.
 
-Timing. World 1: medians of ``triton.testing.do_bench`` (L2 flushed between repeats), or with
+Timing. World 1: medians of ``triton.testing.do_bench`` (L2 flushed between repeats; with ``--rounds N``
+every row in turn N times, ``--rep-ms / N`` each, and the median of a row's rounds, so that variants
+timed side by side see the same clocks and temperatures), or with
 ``--timing events`` the method of world > 1, so that the two compare: every rank runs the same
 ``--repeats``; each repeat synchronises the GPU, passes a barrier and times ``--inner`` back-to-back
 calls with CUDA events (per call: the time / inner); the rank maximum of each repeat is kept, and the
@@ -36,6 +40,7 @@ fraction of it reached. JSON goes to ``--out`` (default ``$OUT`` or ``bench/resu
     python -m tutorials.megamoe.benchmark                  # world 1, the production per-rank load
     python -m tutorials.megamoe.benchmark --impls launches persistent --routing random skewed --ceilings
     python -m tutorials.megamoe.benchmark --impls persistent --precision fp8 --knob num_stages=3
+    python -m tutorials.megamoe.benchmark --impls persistent --precision fp8 --variant gather:tma_a=0 --rounds 4
     python -m tutorials.megamoe.benchmark --experts 128    # world 1, all 128 experts local
     torchrun --nproc_per_node=8 -m tutorials.megamoe.benchmark --experts 128   # the production shape
     python -m tutorials.megamoe.benchmark --impls launches persistent --timing events --out w1/
@@ -51,6 +56,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +101,8 @@ _ROW_PREFIX = {"launches": "megamoe", "persistent": "persistent", "fused_gemms":
                "persistent_triton": "persistent_triton"}  # fmt: skip
 _ERR_NAMES = {"launches": "megamoe", "persistent": "megamoe_persistent", "fused_gemms": "megamoe_fused_gemms",
               "persistent_triton": "megamoe_persistent_triton"}  # fmt: skip
+# A --variant's layer is named persistent_LABEL: its rows take that prefix, its error megamoe_persistent_LABEL
+VARIANT_LABEL = re.compile(r"[a-z0-9]+")
 # The production per-rank load at world 1 (H, I, E, top-k, T, world) and the goal of its persistent call as
 # a CUDA graph, in us: benchmark exits 2 (goal missed) when random routing takes longer.
 PRODUCTION_LOAD = (4096, 1536, 16, 8, 512, 1)
@@ -164,6 +172,48 @@ def _knobs(pairs: list[str]) -> dict[str, object]:
         raise SystemExit(f"--knob {e}") from None
 
 
+def variants(texts: list[str], impls: list[str]) -> dict[str, dict[str, object]]:
+    """The ``--variant`` strings (``LABEL:NAME=VALUE,NAME=VALUE``) as {layer name ``persistent_LABEL``: its
+    PersistentConfig overrides}; SystemExit naming the string when one is not of that form, a label repeats
+    or ``persistent`` is not among ``impls``."""
+    out: dict[str, dict[str, object]] = {}
+    for text in texts:
+        label, sep, fields = text.partition(":")
+        if not sep or not VARIANT_LABEL.fullmatch(label) or label == "triton":
+            raise SystemExit(f"--variant {text!r}: use LABEL:NAME=VALUE,... with LABEL of [a-z0-9] other than "
+                             f"'triton' (its rows: persistent_LABEL_*)")  # fmt: skip
+        if f"persistent_{label}" in out:
+            raise SystemExit(f"--variant {text!r}: label {label!r} given twice")
+        try:
+            out[f"persistent_{label}"] = knob_overrides([f for f in fields.split(",") if f])
+        except ValueError as e:
+            raise SystemExit(f"--variant {text!r}: {e}") from None
+    if out and "persistent" not in impls:
+        raise SystemExit("--variant adds persistent layers: add persistent to --impls")
+    return out
+
+
+def _row_prefix(name: str) -> str:
+    """The rows' prefix of layer ``name`` (a --variant's: its name)."""
+    return _ROW_PREFIX.get(name, name)
+
+
+def _err_name(name: str) -> str:
+    """The output error's name of layer ``name`` (a --variant's: megamoe_ and its name)."""
+    return _ERR_NAMES.get(name, f"megamoe_{name}")
+
+
+def median_of_rounds(fns: dict[str, Callable[[], object]], rep_ms: int, rounds: int,
+                     measure: Callable[[Callable[[], object], int], float]) -> dict[str, float]:  # fmt: skip
+    """{name: the median over ``rounds`` of ``measure(fn, rep_ms // rounds)``}, the rows taking turns each
+    round (one round: each row once, for ``rep_ms``)."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(measure(fn, max(1, rep_ms // rounds)))
+    return {name: percentile(ms, 50) for name, ms in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", type=int, default=4096)
@@ -178,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="MegaMoE impls timed side by side (the first one's rows are the layer's)")  # fmt: skip
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                         help="a PersistentConfig field of impl=persistent (repeat): num_stages=3")  # fmt: skip
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
+                        help="impl persistent: one more persistent layer with these fields (repeat): gather:tma_a=0")
     parser.add_argument("--ceilings", action="store_true",
                         help="world 1: also time torch's grouped GEMMs and the dense same-FLOPs GEMMs")  # fmt: skip
     parser.add_argument("--rep-ms", type=int, default=300, help="world 1: do_bench's time per row")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="world 1, do_bench: time the rows in turn this many times (rep-ms / rounds each)")
     parser.add_argument("--timing", choices=["do_bench", "events"], default="do_bench",
                         help="world 1: do_bench, or the events of world > 1 (to compare with a world > 1 run)")
     parser.add_argument("--world1", type=Path, metavar="DIR",
@@ -192,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     knobs = _knobs(args.knob)
+    extra = variants(args.variant, args.impls)
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: use 1 or more")
 
     from triton_raw_ext import runtime as rt
 
@@ -213,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             twin = persistent_config(cfg, {**knobs, "gluon": False})
             layers["persistent_triton"] = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, precision=args.precision,
                                                   impl=impl, persistent=twin)  # fmt: skip
+        if impl == "persistent":
+            for name, fields in extra.items():
+                layers[name] = MegaMoE(h, i, e, k, t, w1_loc, w2_loc, precision=args.precision, impl=impl,
+                                       persistent=persistent_config(cfg, {**knobs, **fields}))  # fmt: skip
     if world == 1 and args.precision == "bf16" and "launches" in layers:
         # the launches with L1 and L2 as one persistent launch (Tiles.gemm_programs), side by side
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -259,14 +320,14 @@ def _bench_routing(
         ep_plan = plan(logits, k, layer.cfg.local_experts)
         experts = experts_for(args.precision, w1_loc, w2_loc)
         baseline_name, baseline = "torch_ep_grouped", functools.partial(dispatch_compute_combine, x, ep_plan, experts)
-    rel_errs = {_ERR_NAMES[name]: _rel_err(y, ref) for name, y in outputs.items()}
+    rel_errs = {_err_name(name): _rel_err(y, ref) for name, y in outputs.items()}
     rel_errs[baseline_name] = _rel_err(baseline(), ref)
 
     timed: dict[str, Callable[[], object]] = {}
     graphs = []
     for name, each in layers.items():
         y = outputs[name]
-        prefix = _ROW_PREFIX[name]
+        prefix = _row_prefix(name)
         if name != "fused_gemms":
             timed[f"{prefix}_eager"] = lambda each=each, y=y: each(x, logits, out=y)
         if name == "launches":
@@ -287,16 +348,17 @@ def _bench_routing(
         timed["dense_gemms"] = dense_gemms(pairs, h, i, args.precision, dev)
     rows: dict[str, float] = {}
     spread: dict[str, dict[str, float]] = {}
-    for name, fn in timed.items():
-        if world == 1 and args.timing == "do_bench":
-            rows[f"{name}_ms"] = _median_ms(fn, args.rep_ms)
-        else:
+    if world == 1 and args.timing == "do_bench":
+        medians = median_of_rounds(timed, args.rep_ms, args.rounds, _median_ms)
+        rows.update({f"{name}_ms": ms for name, ms in medians.items()})
+    else:
+        for name, fn in timed.items():
             ms = rank_max_ms(fn, args.repeats, args.inner)
             rows[f"{name}_ms"] = percentile(ms, 50)
             spread[name] = {f"p{q}": percentile(ms, q) for q in (50, 90, 99)}
     torch.cuda.synchronize()
     # the graph replays rewrote the outputs: check them again
-    rel_errs.update({f"{_ERR_NAMES[name]}_graph": _rel_err(y, ref) for name, y in outputs.items()})
+    rel_errs.update({f"{_err_name(name)}_graph": _rel_err(y, ref) for name, y in outputs.items()})
     if world > 1:  # the verdict and the JSON use every rank's errors
         per_rank = every_rank(rel_errs)
         rel_errs = {name: max(r[name] for r in per_rank) for name in rel_errs}
@@ -311,7 +373,7 @@ def _bench_routing(
     cfg = layer.cfg
     weight_bytes, flops = cfg.weight_bytes(), cfg.flops(pairs)
     tflops = {name: flops / (rows[f"{name}_ms"] * 1e-3) / 1e12 for name in timed if counts_flops(name)}
-    layer_row = f"{_ROW_PREFIX[first]}_graph"
+    layer_row = f"{_row_prefix(first)}_graph"
     roof_ms = roofline_s(weight_bytes, flops, args.precision) * 1e3
     fractions = {f"fraction_{name}": roof_ms / rows[f"{name}_ms"] for name in timed if counts_flops(name)}
     result = {
@@ -333,11 +395,11 @@ def _bench_routing(
                   for name, each in layers.items()},  # fmt: skip
         "precision": args.precision,
         "timing": (
-            {"method": "median of triton.testing.do_bench", "rep_ms": args.rep_ms}
+            {"method": "median of triton.testing.do_bench", "rep_ms": args.rep_ms, "rounds": args.rounds}
             if world == 1 and args.timing == "do_bench"
             else {"method": "median over repeats of the rank maximum", "repeats": args.repeats, "inner": args.inner}
         ),
-        "rel_err_vs_fp32": rel_errs[_ERR_NAMES[first]],
+        "rel_err_vs_fp32": rel_errs[_err_name(first)],
         "rel_errs_vs_fp32": rel_errs,
         "baseline": baseline_name,
         "baseline_rel_err_vs_fp32": rel_errs[baseline_name],
