@@ -40,7 +40,7 @@ fraction of it reached. JSON goes to ``--out`` (default ``$OUT`` or ``bench/resu
     python -m tutorials.megamoe.benchmark                  # world 1, the production per-rank load
     python -m tutorials.megamoe.benchmark --impls launches persistent --routing random skewed --ceilings
     python -m tutorials.megamoe.benchmark --impls persistent --precision fp8 --knob num_stages=3
-    python -m tutorials.megamoe.benchmark --impls persistent --precision fp8 --variant gather:tma_a=0 --rounds 4
+    python -m tutorials.megamoe.benchmark --impls persistent --precision fp8 --variant rows4:combine_rows=4 --rounds 4
     python -m tutorials.megamoe.benchmark --experts 128    # world 1, all 128 experts local
     torchrun --nproc_per_node=8 -m tutorials.megamoe.benchmark --experts 128   # the production shape
     python -m tutorials.megamoe.benchmark --impls launches persistent --timing events --out w1/
@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                         help="a PersistentConfig field of impl=persistent (repeat): num_stages=3")  # fmt: skip
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
-                        help="impl persistent: one more persistent layer with these fields (repeat): gather:tma_a=0")
+                        help="impl persistent: one more persistent layer with these fields (repeat): "
+                             "rows4:combine_rows=4")  # fmt: skip
     parser.add_argument("--ceilings", action="store_true",
                         help="world 1: also time torch's grouped GEMMs and the dense same-FLOPs GEMMs")  # fmt: skip
     parser.add_argument("--rep-ms", type=int, default=300, help="world 1: do_bench's time per row")
