@@ -524,6 +524,18 @@ def test_benchmark_rounds_take_turns_and_keep_each_rows_median():
     assert calls == [("a", 300), ("b", 300)]
 
 
+
+def test_benchmark_refuses_bad_rounds_and_variants_before_it_starts():
+    """The command line's own mistakes end the benchmark with their message before NVSHMEM or a GPU is
+    touched: no rounds, and a variant without the persistent impl."""
+    from tutorials.megamoe.benchmark import main
+
+    with pytest.raises(SystemExit, match=r"--rounds 0: use 1 or more"):
+        main(["--impls", "persistent", "--rounds", "0"])
+    with pytest.raises(SystemExit, match="--variant adds persistent layers: add persistent to --impls"):
+        main(["--variant", "rows4:combine_rows=4"])
+
+
 def test_fp8_gemms_settle_each_k_step_from_triton_3_7():
     """From Triton 3.7 on ptxas serializes every wgmma when one is left in flight across a loop's back edge,
     so the fp8 GEMMs wait for each K step's last wgmma there; before, the overlap is kept."""
