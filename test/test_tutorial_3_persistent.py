@@ -213,6 +213,9 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
         assert isinstance(extras[key], TensorDescriptor)
         assert list(extras[key].block_shape) == [128, 128 if fp8 else 64]
         assert extras[key].base.dtype == (torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    # y_pair for the combine items: [pairs, H / 256, 256], a box one pair's 256 columns (top-1: 16 KB a pair)
+    assert list(extras["y_desc"].block_shape) == [1, 1, 256] and extras["y_desc"].base.dtype == torch.bfloat16
+    assert extras["y_desc"].base.data_ptr() == everything["y_pair"].data_ptr()
     assert meta_bindings(cfg, pc)["buffer_table"].shape == (len(BUFFER_TABLE),)
     shifted = {**everything, "y_pair": torch.zeros(1 + everything["y_pair"].numel(), dtype=torch.bfloat16)[1:]}
     with pytest.raises(ValueError, match="buffer 'y_pair' at 0x[0-9a-f]+ is not 16-byte aligned"):
@@ -231,6 +234,7 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"block_m": 64}, "needs block_m=128.*got block_m=64"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"tma_a": False}, "tma_a=False"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
+    (MoEConfig(4096, 1536, 64, 33, 512, precision="fp8"), {}, "top_k must be <= 32, got 33"),
 ])  # fmt: skip
 def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
     """``gluon`` names its rule (world 1, H and I multiples of 256; 128-row tiles, 256-column L2 tiles, K steps

@@ -12,7 +12,8 @@ Per program, three partitions::
                       M tiles moves the counter to the next region instead (it waits for the layout once).
                       For an L1 item it then waits until its M tile's rows have landed, for an L2 item
                       until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
-                      into the stages
+                      into the stages; for a combine item, once its tokens' pairs' L2 tiles are done, their
+                      y_pair rows by TMA into the stages' A buffers (a token's pairs, 1024 columns, a stage)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
@@ -58,8 +59,10 @@ item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6).
 The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
 16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
 loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
-wgmmas). The combine items stay in the first consumer for that reason too (with route, dispatch and
-combine in both consumers, ptxas serialized the wgmmas again).
+wgmmas). The combine items' sums stay in the first consumer for that reason too (with route, dispatch and
+combine in both consumers, ptxas serialized the wgmmas again); the second only hands their stages back. Their
+rows come by TMA, not by each thread's loads: a combine item that loaded its 128 KB itself took 8-10 us on
+the H200 (about 14 GB/s a program), with one step's loads in flight or two.
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
 earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
@@ -88,7 +91,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _tma_load
 from .kernels import DEVICE_FILE, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -127,6 +130,31 @@ _FP8_MAX = gl.constexpr(FP8_MAX)
 _AMAX_FLOOR = gl.constexpr(AMAX_FLOOR)
 # A partition's CTA barrier (its own warps only inside warp_specialize): `thread_barrier` in Triton 3.6
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+
+# A stage's A buffer as the y_pair chunks of a combine step, unswizzled: [rows, boxes, 256] for TMA's boxes,
+# [rows * boxes, 256] for the consumer's loads (``reinterpret`` from Triton 3.9, ``_reinterpret`` before)
+Y_CHUNKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3))
+Y_ROWS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2))
+if hasattr(gl.shared_memory_descriptor, "reinterpret"):
+
+    @gluon.jit
+    def _y_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
+        return buf.reinterpret(gl.bfloat16, [rows, boxes, 256], Y_CHUNKS)
+
+    @gluon.jit
+    def _y_rows(buf, rows: gl.constexpr):
+        return buf.reinterpret(gl.bfloat16, [rows, 256], Y_ROWS)
+
+else:  # Triton 3.6 to 3.8
+
+    @gluon.jit
+    def _y_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
+        return buf._reinterpret(gl.bfloat16, [rows, boxes, 256], Y_CHUNKS)
+
+    @gluon.jit
+    def _y_rows(buf, rows: gl.constexpr):
+        return buf._reinterpret(gl.bfloat16, [rows, 256], Y_ROWS)
 # The call's buffers by binding key, in the order of the kernel's table of their addresses (module
 # docstring; ``persistent_launch.call_extras`` builds it once per layer)
 BUFFER_TABLE = (
@@ -320,11 +348,45 @@ def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H: gl.constexpr,
 
 
 @gluon.jit
-def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free,
-            table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
-            E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
-            L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
-            LANDED: gl.constexpr, TRACE: gl.constexpr):  # fmt: skip
+def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms, step, H: gl.constexpr,
+                  K: gl.constexpr, K_P2: gl.constexpr, EL_P2: gl.constexpr, M_TILES: gl.constexpr,
+                  COMBINE_ROWS: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """The y_pair rows of combine item ``idx``'s first ``tokens`` tokens into the stages from ``step`` on,
+    once their pairs' L2 tiles are done: a stage per token and CHUNK columns, the token's K pair chunks in
+    the A buffer (``y_desc``: y_pair as [pairs, H / 256, 256], boxes of one pair's CHUNK columns); returns
+    the next step."""
+    BOXES: gl.constexpr = y_desc.block_type.shape[1]
+    CHUNK: gl.constexpr = BOXES * 256
+    N2: gl.constexpr = H // (2 * QBLOCK)
+    L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
+    V: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    sched = _buffer(table, SCHED, gl.int32)
+    kk = gl.arange(0, K_P2, layout=V)
+    for r in range(tokens):
+        at = (idx * COMBINE_ROWS + r).to(gl.int64) * K + kk
+        pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=kk < K, other=-1, cache_modifier=".cg")
+        e = gl.load(_buffer(table, RECV_IDS, gl.int32) + at, mask=kk < K, other=-1, cache_modifier=".cg")
+        tile = _pair_tiles(_buffer(table, LAYOUT, gl.int32), e, pos, pos >= 0, EL_P2)
+        moe_wait_async(sched + L2_DONE + tile, gl.where(pos >= 0, PARTS * N2, 0), WAIT_L2, me, wait_ms)
+        for c in range(H // CHUNK):
+            s = step % STAGES
+            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, K * y_desc.block_type.nbytes)
+            rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
+            for k in gl.static_range(K):
+                _tma_load(y_desc, [gl.sum(gl.where(kk == k, pos, 0), axis=0), c * BOXES, 0], bar, rows.slice(k, 1))
+            step += 1
+    return step
+
+
+@gluon.jit
+def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
+            item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
+            K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
+            M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr, N_DISPATCH: gl.constexpr, L1_START: gl.constexpr,
+            L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
+            TRACE: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -358,6 +420,11 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, e
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
                              (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, STAGES)  # fmt: skip
+        elif item >= COMBINE_START:  # its tokens in the slot's M tile word, for the consumers' stage count
+            tokens = _combine_tokens(item - COMBINE_START, me, wait_ms, table, COMBINE_ROWS, N_DISPATCH)
+            _publish(items, item_full, taken, item, tokens, 0, 0, 0, 0)
+            step = _fill_combine(y_desc, a_bufs, ready, empty, table, item - COMBINE_START, tokens, me, wait_ms, step,
+                                 H, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS, LANDED, STAGES)  # fmt: skip
         else:
             _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
         taken += 1
@@ -558,46 +625,42 @@ def _dispatch_item(idx, me, wait_ms, table, x_ptr, H: gl.constexpr, K: gl.conste
 
 
 @gluon.jit
-def _combine_item(idx, me, wait_ms, table, y_ptr, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
-                  EL_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
-                  N_DISPATCH: gl.constexpr, LANDED: gl.constexpr):  # fmt: skip
-    """Combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot is the token): once the
-    L2 tiles of its tokens' pairs are done, each token's weighted sum of its pairs' y_pair into y."""
-    ROWS: gl.constexpr = COMBINE_ROWS
-    N2: gl.constexpr = H // (2 * QBLOCK)
-    L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
-    # [tokens, pairs, columns]: 16 bytes of a pair's row a thread, the pairs of a token within a warp
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 2, 16], [2, 1, 2], [2, 1, 0])
-    L: gl.constexpr = gl.SliceLayout(2, L3)
-    OUT: gl.constexpr = gl.SliceLayout(1, L3)
-    t0 = idx * COMBINE_ROWS
+def _combine_tokens(idx, me, wait_ms, table, COMBINE_ROWS: gl.constexpr, N_DISPATCH: gl.constexpr):
+    """How many of combine item ``idx``'s tokens the call has (once dispatch is done)."""
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + DISPATCH_DONE, N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
     n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
-    if t0 < n:
-        tokens = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
-        kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
-        mk = (tokens < n)[:, None] & (kk[None, :] < K)
-        at = tokens.to(gl.int64)[:, None] * K + kk[None, :]
-        pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg")
-        e = gl.load(_buffer(table, RECV_IDS, gl.int32) + at, mask=mk, other=-1, cache_modifier=".cg")
-        w = gl.load(_buffer(table, RECV_W, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
-        tile = _pair_tiles(_buffer(table, LAYOUT, gl.int32), e, pos, pos >= 0, EL_P2)
-        moe_wait_async(sched + L2_DONE + tile, gl.where(pos >= 0, PARTS * N2, 0), WAIT_L2, me, wait_ms)
-        _barrier()  # every thread's waits before any thread's y_pair loads
-        y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
-        out_tokens = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, OUT))
-        cols = gl.arange(0, BLOCK_HC, layout=gl.SliceLayout(0, OUT))
-        out = y_ptr + out_tokens.to(gl.int64)[:, None] * H + cols[None, :]
-        pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
-        v = gl.load(y_pair + pair_at, mask=(pos >= 0)[:, :, None], other=0.0, cache_modifier=".cg")
-        for h0 in range(BLOCK_HC, H, BLOCK_HC):  # the next columns' loads in flight beside this step's sums
-            following = gl.load(y_pair + pair_at + h0, mask=(pos >= 0)[:, :, None], other=0.0, cache_modifier=".cg")
-            acc = gl.sum(v.to(gl.float32) * w[:, :, None], axis=1)
-            gl.store(out + (h0 - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_tokens < n)[:, None])
-            v = following
-        acc = gl.sum(v.to(gl.float32) * w[:, :, None], axis=1)
-        gl.store(out + (H - BLOCK_HC), acc.to(gl.bfloat16), mask=(out_tokens < n)[:, None])
+    return gl.minimum(gl.maximum(n - idx * COMBINE_ROWS, 0), COMBINE_ROWS)
+
+
+@gluon.jit
+def _combine_item(idx, tokens, step, a_bufs, ready, empty, table, y_ptr, H: gl.constexpr, K: gl.constexpr,
+                  K_P2: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
+                  STAGES: gl.constexpr):  # fmt: skip
+    """Combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot is the token) for its first
+    ``tokens`` tokens from the stages the loader filled (:func:`_fill_combine`: a stage per token and BLOCK_HC
+    columns, the token's pairs' y_pair rows): each token's weighted sum of its pairs into y; returns the
+    next step."""
+    BOXES: gl.constexpr = BLOCK_HC // 256
+    # [boxes, 256] of one pair: 16 bytes a thread, a box over a warp, the boxes over the warps
+    L: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    cols = (gl.arange(0, BOXES, layout=gl.SliceLayout(1, L))[:, None] * 256
+            + gl.arange(0, 256, layout=gl.SliceLayout(0, L))[None, :])  # fmt: skip
+    for r in range(tokens):
+        t = (idx * COMBINE_ROWS + r).to(gl.int64)
+        w_row = _buffer(table, RECV_W, gl.float32) + t * K
+        for c in range(H // BLOCK_HC):
+            s = step % STAGES
+            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+            rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
+            acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
+            for k in gl.static_range(K):  # the pairs in order
+                acc += gl.load(w_row + k) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
+            _barrier()  # every warp's reads of the stage before it is handed back
+            mbarrier.arrive(empty.index(s), count=1)
+            gl.store(y_ptr + t * H + c * BLOCK_HC + cols, acc.to(gl.bfloat16))
+            step += 1
+    return step
 
 
 # ----------------------------------------------------------------------------- L1 and L2
@@ -776,8 +839,10 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
                               part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
         elif part == 0:  # with route, dispatch and combine all in both, ptxas serialized the GEMMs' wgmma
-            _combine_item(item - COMBINE_START, me, wait_ms, table, y_ptr, H, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS,
-                          BLOCK_HC, L1_START - DISPATCH_START, LANDED)  # fmt: skip
+            step = _combine_item(item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty, table,
+                                 y_ptr, H, K, K_P2, COMBINE_ROWS, BLOCK_HC, STAGES)  # fmt: skip
+        else:
+            step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M) * (H // BLOCK_HC), step, STAGES)
         if TRACE and part == 0:
             _trace_item(trace_ptr + item * TRACE_WORDS, started)
         taken += 1
@@ -787,8 +852,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
 
 @gluon.jit(do_not_specialize=["T", "me", "wait_ms", "item_begin", "item_end"])
 def moe_persistent_gluon(
-    logits_ptr, x_ptr, y_ptr, table, epoch_ptr, a_desc, h_desc, w1_desc, w2_desc, T, me, wait_ms, item_begin,
-    item_end, trace_ptr,
+    logits_ptr, x_ptr, y_ptr, table, epoch_ptr, a_desc, h_desc, w1_desc, w2_desc, y_desc, T, me, wait_ms,
+    item_begin, item_end, trace_ptr,
     H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
     E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
     ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
@@ -835,9 +900,10 @@ def moe_persistent_gluon(
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      LANDED, TRACE, FP8)),
-        (_loader, (a_desc, h_desc, w1_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
-                   item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, E_LOC, EL_P2, GROUP_M,
-                   M_TILES, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE)),
+        (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
+                   item_full, item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, K, K_P2, E_LOC,
+                   EL_P2, GROUP_M, M_TILES, COMBINE_ROWS, L1_START - DISPATCH_START, L1_START, L2_START,
+                   COMBINE_START, STAGES, LANDED, TRACE)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

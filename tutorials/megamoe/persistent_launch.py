@@ -147,6 +147,9 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
                 f"block_m={pc.block_m}, block_n1={pc.block_n1}, block_n2={pc.block_n2}, block_k={pc.block_k}, "
                 f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, half_tail={pc.half_tail}, "
                 f"num_stages={pc.num_stages}")  # fmt: skip
+    if cfg.top_k > 32:
+        return (f"holds a token's pairs' y_pair rows in one 16 KB stage buffer, at least 256 columns each: top_k "
+                f"must be <= 32, got {cfg.top_k}: set gluon=False")  # fmt: skip
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
@@ -281,10 +284,18 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 
+        from .gluon_persistent import Y_CHUNKS
+
         dtype = gl.float8e4nv if cfg.precision == "fp8" else gl.bfloat16
         box = [FP8_BLOCK, pc.block_k]
         block = gl.NVMMASharedLayout.get_default_for(box, dtype)
-        return {key: GluonDescriptor.from_tensor(t, box, block) for key, t in tensors.items()}
+        out = {key: GluonDescriptor.from_tensor(t, box, block) for key, t in tensors.items()}
+        # y_pair for the combine items: one pair's gluon_combine_cols columns a box, unswizzled
+        y_pair = workspace["y_pair"]
+        out["y_desc"] = GluonDescriptor.from_tensor(
+            y_pair.view(-1, hid // 256, 256), [1, gluon_combine_cols(cfg) // 256, 256],
+            Y_CHUNKS.value)  # fmt: skip
+        return out
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
     return {key: TensorDescriptor.from_tensor(t, list(blocks[key])) for key, t in tensors.items() if wanted[key]}
@@ -296,9 +307,8 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
     the whole call (``item_begin`` 0, ``item_end`` the schedule's ``N_ITEMS``) and, for ``pc.gluon``, the
     table of the buffers' addresses (``buffer_table``, int64, in ``gluon_persistent.BUFFER_TABLE``'s order;
     on the meta device when the buffers are). A layer builds them once: they point at its fixed buffers."""
-    items = {"item_begin": 0, "item_end": schedule(cfg, pc).starts()["N_ITEMS"]}
-    extras = {**descriptors(cfg, pc, buffers, buffers), **items}
-    if pc.gluon:
+    extras = {"item_begin": 0, "item_end": schedule(cfg, pc).starts()["N_ITEMS"]}
+    if pc.gluon:  # the table first: its check names a misaligned buffer, TMA's descriptors only assert
         import torch
 
         from .gluon_persistent import BUFFER_TABLE
@@ -313,7 +323,7 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
                 raise ValueError(f"persistent_launch: buffer {key!r} at {address:#x} is not 16-byte aligned, "
                                  f"as the Gluon kernel needs each of gluon_persistent.BUFFER_TABLE")  # fmt: skip
         extras["buffer_table"] = torch.tensor(addresses, dtype=torch.int64, device=device)
-    return extras
+    return {**descriptors(cfg, pc, buffers, buffers), **extras}
 
 
 def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
@@ -379,6 +389,11 @@ GLUON_CONSUMER_REGS, GLUON_LOADER_REGS = 232, 40
 GLUON_DISPATCH_VALUES, GLUON_COMBINE_VALUES = 2048, 1024
 
 
+def gluon_combine_cols(cfg: MoEConfig) -> int:
+    """Columns of a token's pairs a Gluon combine stage holds: its K pair rows in one 16 KB A buffer."""
+    return row_block(cfg.hidden, 16384 // (2 * next_pow2(cfg.top_k)))
+
+
 def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
     """The launch of one call at world 1 as ``gluon_persistent.moe_persistent_gluon`` (``pc.gluon``), named
     ``moe_persistent_gluon`` (fp8) or ``moe_persistent_gluon_bf16``."""
@@ -389,8 +404,8 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
     params = [
         ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("table", "buffer_table"),
         ("epoch_ptr", "call_epoch"), ("a_desc", "a_desc"), ("h_desc", "h_desc"), ("w1_desc", "w1_desc"),
-        ("w2_desc", "w2_desc"), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"), ("item_begin", "item_begin"),
-        ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
+        ("w2_desc", "w2_desc"), ("y_desc", "y_desc"), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
+        ("item_begin", "item_begin"), ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
     ]  # fmt: skip
     starts = {k: v for k, v in sch.starts().items() if k != "REDUCE_START"}
     constexprs = dict(
@@ -399,7 +414,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens,
         ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows,
         COMBINE_ROWS=pc.combine_rows, BLOCK_HA=row_block(cfg.hidden, GLUON_DISPATCH_VALUES // pc.dispatch_rows),
-        BLOCK_HC=row_block(cfg.hidden, GLUON_COMBINE_VALUES // pc.combine_rows),
+        BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
         FP8=fp8,
