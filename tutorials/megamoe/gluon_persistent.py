@@ -17,8 +17,8 @@ Per program, three partitions::
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
-                      tokens; the plan (with the layout: the layout item is empty), dispatch and combine
-                      items in the first consumer alone
+                      tokens; every other token of a combine item (from the stages); the plan (with the
+                      layout: the layout item is empty) and dispatch items in the first consumer alone
 
 Measured on the H200 (production load, random routing, traced): an L1 item on a full M tile takes 36.9 us
 against 33 us for the same tile on dense matrices (``gluon_scaled_tiles``): its first stage lands 2.5 us
@@ -59,10 +59,11 @@ item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6).
 The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
 16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
 loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
-wgmmas). The combine items' sums stay in the first consumer for that reason too (with route, dispatch and
-combine in both consumers, ptxas serialized the wgmmas again); the second only hands their stages back. Their
-rows come by TMA, not by each thread's loads: a combine item that loaded its 128 KB itself took 8-10 us on
-the H200 (about 14 GB/s a program), with one step's loads in flight or two.
+wgmmas). Dispatch stays in the first consumer for that reason too (with route, dispatch and a combine that
+loaded its rows itself in both consumers, ptxas serialized the wgmmas again). The combine items' rows come
+by TMA, not by each thread's loads (a combine item that loaded its 128 KB itself took 8-10 us on the H200,
+about 14 GB/s a program, with one step's loads in flight or two), so their sums take few registers and
+both consumers share them, a token each in turn.
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
 earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
@@ -634,32 +635,36 @@ def _combine_tokens(idx, me, wait_ms, table, COMBINE_ROWS: gl.constexpr, N_DISPA
 
 
 @gluon.jit
-def _combine_item(idx, tokens, step, a_bufs, ready, empty, table, y_ptr, H: gl.constexpr, K: gl.constexpr,
-                  K_P2: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
+def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, ready, empty, table, y_ptr, H: gl.constexpr,
+                  K: gl.constexpr, K_P2: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
                   STAGES: gl.constexpr):  # fmt: skip
-    """Combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot is the token) for its first
-    ``tokens`` tokens from the stages the loader filled (:func:`_fill_combine`: a stage per token and BLOCK_HC
-    columns, the token's pairs' y_pair rows): each token's weighted sum of its pairs into y; returns the
-    next step."""
+    """Consumer ``part``'s share of combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot
+    is the token) for its first ``tokens`` tokens from the stages the loader filled (:func:`_fill_combine`: a
+    stage per token and BLOCK_HC columns, the token's pairs' y_pair rows): the weighted sum of its pairs into
+    y for every other token (the part-th, then every PARTS-th), the other consumer's stages handed back
+    unread; returns the next step."""
     BOXES: gl.constexpr = BLOCK_HC // 256
     # [boxes, 256] of one pair: 16 bytes a thread, a box over a warp, the boxes over the warps
     L: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     cols = (gl.arange(0, BOXES, layout=gl.SliceLayout(1, L))[:, None] * 256
             + gl.arange(0, 256, layout=gl.SliceLayout(0, L))[None, :])  # fmt: skip
     for r in range(tokens):
-        t = (idx * COMBINE_ROWS + r).to(gl.int64)
-        w_row = _buffer(table, RECV_W, gl.float32) + t * K
-        for c in range(H // BLOCK_HC):
-            s = step % STAGES
-            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-            rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
-            acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
-            for k in gl.static_range(K):  # the pairs in order
-                acc += gl.load(w_row + k) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
-            _barrier()  # every warp's reads of the stage before it is handed back
-            mbarrier.arrive(empty.index(s), count=1)
-            gl.store(y_ptr + t * H + c * BLOCK_HC + cols, acc.to(gl.bfloat16))
-            step += 1
+        if r % PARTS == part:
+            t = (idx * COMBINE_ROWS + r).to(gl.int64)
+            w_row = _buffer(table, RECV_W, gl.float32) + t * K
+            for c in range(H // BLOCK_HC):
+                s = step % STAGES
+                mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+                rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
+                acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
+                for k in gl.static_range(K):  # the pairs in order
+                    acc += gl.load(w_row + k) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
+                _barrier()  # every warp's reads of the stage before it is handed back
+                mbarrier.arrive(empty.index(s), count=1)
+                gl.store(y_ptr + t * H + c * BLOCK_HC + cols, acc.to(gl.bfloat16))
+                step += 1
+        else:
+            step = _pass_stages(ready, empty, H // BLOCK_HC, step, STAGES)
     return step
 
 
@@ -812,8 +817,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
               COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr,
               FP8: gl.constexpr):  # fmt: skip
-    """Consumer ``part`` (0 or 1): its half of each GEMM and route item the loader hands this program, in that
-    order; the plan, layout, dispatch and combine items in the first consumer alone (TRACE, the first
+    """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
+    that order; the plan, layout and dispatch items in the first consumer alone (TRACE, the first
     consumer: when it took each item, when it finished it and its SM, in the item's trace row)."""
     step = 0
     taken = 0
@@ -838,11 +843,9 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
                               part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
-        elif part == 0:  # with route, dispatch and combine all in both, ptxas serialized the GEMMs' wgmma
-            step = _combine_item(item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty, table,
-                                 y_ptr, H, K, K_P2, COMBINE_ROWS, BLOCK_HC, STAGES)  # fmt: skip
         else:
-            step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M) * (H // BLOCK_HC), step, STAGES)
+            step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
+                                 table, y_ptr, H, K, K_P2, COMBINE_ROWS, BLOCK_HC, STAGES)  # fmt: skip
         if TRACE and part == 0:
             _trace_item(trace_ptr + item * TRACE_WORDS, started)
         taken += 1
