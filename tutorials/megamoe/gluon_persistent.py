@@ -13,12 +13,15 @@ Per program, three partitions::
                       For an L1 item it then waits until its M tile's rows have landed, for an L2 item
                       until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
                       into the stages; for a combine item, once its tokens' pairs' L2 tiles are done, their
-                      y_pair rows by TMA into the stages' A buffers (a token's pairs, 1024 columns, a stage)
+                      y_pair rows by TMA into the stages' A buffers (a token's pairs, 1024 columns, a stage);
+                      in fp8 each dispatch item itself, its tokens' rows by TMA into a stage and from there
+                      by TMA to their pairs' places (the consumers hand the stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
                       tokens; every other token of a combine item (from the stages); the plan (with the
-                      layout: the layout item is empty) and dispatch items in the first consumer alone
+                      layout: the layout item is empty) and the bf16 dispatch items in the first consumer
+                      alone
 
 Measured on the H200 (production load, random routing, traced): an L1 item on a full M tile takes 36.9 us
 against 33 us for the same tile on dense matrices (``gluon_scaled_tiles``): its first stage lands 2.5 us
@@ -59,11 +62,13 @@ item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6).
 The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
 16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
 loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
-wgmmas). Dispatch stays in the first consumer for that reason too (with route, dispatch and a combine that
-loaded its rows itself in both consumers, ptxas serialized the wgmmas again). The combine items' rows come
-by TMA, not by each thread's loads (a combine item that loaded its 128 KB itself took 8-10 us on the H200,
-about 14 GB/s a program, with one step's loads in flight or two), so their sums take few registers and
-both consumers share them, a token each in turn.
+wgmmas). bf16 dispatch stays in the first consumer for that reason too (with route, dispatch and a combine
+that loaded its rows itself in both consumers, ptxas serialized the wgmmas again). The combine items' rows
+come by TMA, not by each thread's loads (a combine item that loaded its 128 KB itself took 8-10 us on the
+H200, about 14 GB/s a program, with one step's loads in flight or two), so their sums take few registers
+and both consumers share them, a token each in turn; fp8 dispatch items, which copied 128 KB a 4-token item
+the same way in the first consumer (8-12 us each), are the loader's TMA copies through a stage (bf16's x
+changes from call to call, so no descriptor made once names it).
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
 earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
@@ -92,7 +97,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _tma_load
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -134,9 +139,11 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 # A stage's A buffer as the y_pair chunks of a combine step, unswizzled: [rows, boxes, 256] for TMA's boxes,
-# [rows * boxes, 256] for the consumer's loads (``reinterpret`` from Triton 3.9, ``_reinterpret`` before)
+# [rows * boxes, 256] for the consumer's loads; in fp8 as a dispatch item's token rows, [rows, H / 256, 256]
+# (``reinterpret`` from Triton 3.9, ``_reinterpret`` before)
 Y_CHUNKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3))
 Y_ROWS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2))
+X_CHUNKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3))
 if hasattr(gl.shared_memory_descriptor, "reinterpret"):
 
     @gluon.jit
@@ -147,6 +154,10 @@ if hasattr(gl.shared_memory_descriptor, "reinterpret"):
     def _y_rows(buf, rows: gl.constexpr):
         return buf.reinterpret(gl.bfloat16, [rows, 256], Y_ROWS)
 
+    @gluon.jit
+    def _x_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
+        return buf.reinterpret(gl.float8e4nv, [rows, boxes, 256], X_CHUNKS)
+
 else:  # Triton 3.6 to 3.8
 
     @gluon.jit
@@ -156,6 +167,10 @@ else:  # Triton 3.6 to 3.8
     @gluon.jit
     def _y_rows(buf, rows: gl.constexpr):
         return buf._reinterpret(gl.bfloat16, [rows, 256], Y_ROWS)
+
+    @gluon.jit
+    def _x_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
+        return buf._reinterpret(gl.float8e4nv, [rows, boxes, 256], X_CHUNKS)
 # The call's buffers by binding key, in the order of the kernel's table of their addresses (module
 # docstring; ``persistent_launch.call_extras`` builds it once per layer)
 BUFFER_TABLE = (
@@ -182,6 +197,10 @@ def moe_fence_gpu(): ...
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
 def moe_swiglu(gate, up): ...
+
+
+@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
+def moe_bulk_stores_done(): ...
 
 
 # ----------------------------------------------------------------------------- small helpers
@@ -382,17 +401,69 @@ def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms,
 
 
 @gluon.jit
-def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full,
-            item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
-            K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
-            M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr, N_DISPATCH: gl.constexpr, L1_START: gl.constexpr,
-            L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-            TRACE: gl.constexpr):  # fmt: skip
+def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H: gl.constexpr, K: gl.constexpr,
+                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """fp8 dispatch item ``idx`` in the loader (``_dispatch_item``'s work, its waits done and ``n`` tokens
+    read): its tokens' quantized rows by TMA into the next stage's A buffer (``x_desc``: x_sym as
+    [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions stored meanwhile,
+    a pair to a lane; then each row by TMA from the stage to each of its pairs' places (``pair_desc``: a_sorted
+    as [pairs, H / 256, 256], boxes of one pair), and once those are written the pairs counted landed in
+    their M tiles. The consumers hand the stage back; returns the next step."""
+    ROWS: gl.constexpr = x_desc.block_type.shape[0]
+    BOXES: gl.constexpr = x_desc.block_type.shape[1]
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [1, 1], [1, 0])  # a pair a lane
+    t0 = idx * ROWS
+    s = step % STAGES
+    mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
+    bar = ready.index(s)
+    mbarrier.expect(bar, x_desc.block_type.nbytes)
+    rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
+    _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past x_sym's are zeros, past n never stored
+    layout_ptr = _buffer(table, LAYOUT, gl.int32)
+    rr = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
+    kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+    tokens = t0 + rr
+    mk = (tokens < n)[:, None] & (kk[None, :] < K)
+    at = tokens.to(gl.int64)[:, None] * K + kk[None, :]
+    e = gl.load(_buffer(table, IDS, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
+    wts = gl.load(_buffer(table, WTS, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
+    rank = gl.load(_buffer(table, RANK, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
+    gl.store(_buffer(table, RECV_IDS, gl.int32) + at, e, mask=mk)
+    gl.store(_buffer(table, RECV_W, gl.float32) + at, wts, mask=mk)
+    pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + e, cache_modifier=".cg") + rank
+    gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, tokens[:, None] + gl.zeros_like(kk)[None, :], mask=mk)
+    gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
+    tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
+    mbarrier.wait(bar, (step // STAGES) & 1)  # the rows have landed
+    for r in gl.static_range(ROWS):
+        if t0 + r < n:
+            for k in gl.static_range(K):
+                place = gl.sum(gl.sum(gl.where((rr[:, None] == r) & (kk[None, :] == k), pos, 0), axis=1), axis=0)
+                _tma_store(pair_desc, [place, 0, 0], rows_smem.slice(r, 1))
+    moe_bulk_stores_done()
+    _barrier()  # the rows and pairs placed, by every thread, before the counts
+    moe_fence_gpu()
+    gl.atomic_add(_buffer(table, SCHED, gl.int32) + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L),
+                  mask=mk, sem="relaxed", scope="gpu")  # fmt: skip
+    return step + 1
+
+
+@gluon.jit
+def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready, empty,
+            items, item_full, item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
+            INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
+            GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+            PLAN_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
+            COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr,
+            FP8: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
-    it into the stages (TRACE: when the wait ended, in the item's trace row). Past the last item it hands
-    them ``item_end``, which ends their loops."""
+    it into the stages (TRACE: when the wait ended, in the item's trace row); for a combine item its
+    tokens' y_pair rows (:func:`_fill_combine`); in fp8 runs each dispatch item itself (:func:`_dispatch_rows`,
+    after the waits of ``_dispatch_item``; TRACE: its whole trace row), the stages it used in the slot's M
+    tile word for the consumers to hand back. Past the last item it hands them ``item_end``, which ends their
+    loops."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -421,8 +492,24 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, a_bufs, lo_bufs, hi_bufs, 
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
                              (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, STAGES)  # fmt: skip
+        elif FP8 and (item >= DISPATCH_START) & (item < L1_START):
+            if TRACE:
+                started = _globaltimer()
+            zero = moe_wait_async(sched_ptr + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
+            zero += moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
+            n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
+            idx = item - DISPATCH_START
+            _publish(items, item_full, taken, item, (idx * DISPATCH_ROWS < n).to(gl.int32), 0, 0, 0, 0)
+            if TRACE:
+                gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
+            if idx * DISPATCH_ROWS < n:
+                step = _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2, EL_P2,
+                                      LANDED, STAGES)  # fmt: skip
+            _release(sched_ptr + DISPATCH_DONE)
+            if TRACE:
+                _trace_item(trace_ptr + item * TRACE_WORDS, started)
         elif item >= COMBINE_START:  # its tokens in the slot's M tile word, for the consumers' stage count
-            tokens = _combine_tokens(item - COMBINE_START, me, wait_ms, table, COMBINE_ROWS, N_DISPATCH)
+            tokens = _combine_tokens(item - COMBINE_START, me, wait_ms, table, COMBINE_ROWS, L1_START - DISPATCH_START)
             _publish(items, item_full, taken, item, tokens, 0, 0, 0, 0)
             step = _fill_combine(y_desc, a_bufs, ready, empty, table, item - COMBINE_START, tokens, me, wait_ms, step,
                                  H, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS, LANDED, STAGES)  # fmt: skip
@@ -569,23 +656,21 @@ def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
 
 @gluon.jit
 def _dispatch_item(idx, me, wait_ms, table, x_ptr, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
-                   EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr, LANDED: gl.constexpr,
-                   N_ROUTE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
-    """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
-    every expert local): its tokens' routing copied, their pairs placed at their layout positions
-    (sorted_row, inv_pos) and their A rows (fp8: the quantized tokens; bf16: x's) copied there (a_sorted),
-    then counted landed in their M tiles. fp8 waits for every route item too (N_ROUTE, each counted by both
-    consumers): the layout waits only for the tokens' routing, not for their quantization."""
+                   EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr,
+                   LANDED: gl.constexpr):  # fmt: skip
+    """bf16 dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the
+    token, every expert local): its tokens' routing copied, their pairs placed at their layout positions
+    (sorted_row, inv_pos) and x's rows copied there (a_sorted), then counted landed in their M tiles. (fp8's
+    run in the loader, :func:`_dispatch_rows`: its rows are x_sym's, in a buffer a descriptor can name; x
+    changes from call to call.)"""
     ROWS: gl.constexpr = DISPATCH_ROWS
-    VEC: gl.constexpr = 16 if FP8 else 8  # values in 16 bytes
+    VEC: gl.constexpr = 8  # values in 16 bytes
     # [tokens, pairs, columns]: a row's 16-byte pieces over a warp, the tokens over the warps (each row loaded once)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, VEC], [1, 1, 32], [4, 1, 1], [2, 1, 0])
     L: gl.constexpr = gl.SliceLayout(2, L3)
     t0 = idx * DISPATCH_ROWS
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
-    if FP8:
-        zero += moe_wait_async(sched + ROUTE_DONE, PARTS * N_ROUTE, WAIT_ROUTE, me, wait_ms)
     n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
     if t0 < n:
         layout_ptr = _buffer(table, LAYOUT, gl.int32)
@@ -595,13 +680,9 @@ def _dispatch_item(idx, me, wait_ms, table, x_ptr, H: gl.constexpr, K: gl.conste
         kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
         mk = live[:, None] & (kk[None, :] < K)
         at = rows[:, None] * K + kk[None, :]
-        if FP8:  # world 1: the quantized tokens are the received rows
-            a_src = _buffer(table, X_SYM, gl.float8e4nv)
-        else:
-            a_src = x_ptr
         cols = gl.arange(0, BLOCK_HA, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
         row_at = rows[:, None, None] * H + cols[None, None, :]  # [tokens, 1, columns]: one load per row
-        vals = gl.load(a_src + row_at, mask=live[:, None, None], cache_modifier=".cg")  # in flight beside the routing
+        vals = gl.load(x_ptr + row_at, mask=live[:, None, None], cache_modifier=".cg")  # in flight beside the routing
         e = gl.load(_buffer(table, IDS, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
         wts = gl.load(_buffer(table, WTS, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
         rank = gl.load(_buffer(table, RANK, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
@@ -611,11 +692,11 @@ def _dispatch_item(idx, me, wait_ms, table, x_ptr, H: gl.constexpr, K: gl.conste
         gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, (rows[:, None] + gl.zeros_like(kk)[None, :]).to(gl.int32),
                  mask=mk)  # fmt: skip
         gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
-        a_sorted = _buffer(table, A_SORTED, a_src.dtype.element_ty)
+        a_sorted = _buffer(table, A_SORTED, gl.bfloat16)
         tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
         pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
         for c in range(BLOCK_HA, H, BLOCK_HA):  # the next columns' loads in flight beside this step's stores
-            following = gl.load(a_src + row_at + c, mask=live[:, None, None], cache_modifier=".cg")
+            following = gl.load(x_ptr + row_at + c, mask=live[:, None, None], cache_modifier=".cg")
             gl.store(a_sorted + pair_at + (c - BLOCK_HA), vals, mask=mk[:, :, None])  # a row to each of its pairs
             vals = following
         gl.store(a_sorted + pair_at + (H - BLOCK_HA), vals, mask=mk[:, :, None])
@@ -836,9 +917,11 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         elif item < DISPATCH_START:
             pass  # the plan item has laid the pairs out
         elif item < L1_START:
-            if part == 0:  # split between both consumers the call was 2-5 us slower
+            if FP8:  # the loader ran it (_dispatch_rows): hand back the stage it used
+                step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
+            elif part == 0:  # split between both consumers the call was 2-5 us slower
                 _dispatch_item(item - DISPATCH_START, me, wait_ms, table, x_ptr, H, K, K_P2, EL_P2, DISPATCH_ROWS,
-                               BLOCK_HA, LANDED, PLAN_START, FP8)  # fmt: skip
+                               BLOCK_HA, LANDED)  # fmt: skip
                 _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
@@ -846,8 +929,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, BLOCK_HC, STAGES)  # fmt: skip
-        if TRACE and part == 0:
-            _trace_item(trace_ptr + item * TRACE_WORDS, started)
+        if TRACE and part == 0 and not (FP8 and (item >= DISPATCH_START) & (item < L1_START)):
+            _trace_item(trace_ptr + item * TRACE_WORDS, started)  # fp8 dispatch items: the loader's row
         taken += 1
         slot = _receive(items, item_full, item_free, taken)
         item = _word(slot, SLOT_ITEM)
@@ -855,8 +938,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
 
 @gluon.jit(do_not_specialize=["T", "me", "wait_ms", "item_begin", "item_end"])
 def moe_persistent_gluon(
-    logits_ptr, x_ptr, y_ptr, table, epoch_ptr, a_desc, h_desc, w1_desc, w2_desc, y_desc, T, me, wait_ms,
-    item_begin, item_end, trace_ptr,
+    logits_ptr, x_ptr, y_ptr, table, epoch_ptr, a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, T, me,
+    wait_ms, item_begin, item_end, trace_ptr,
     H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
     E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
     ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
@@ -903,10 +986,10 @@ def moe_persistent_gluon(
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      LANDED, TRACE, FP8)),
-        (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
-                   item_full, item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER, K, K_P2, E_LOC,
-                   EL_P2, GROUP_M, M_TILES, COMBINE_ROWS, L1_START - DISPATCH_START, L1_START, L2_START,
-                   COMBINE_START, STAGES, LANDED, TRACE)),
+        (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
+                   empty, items, item_full, item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER,
+                   K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, PLAN_START, DISPATCH_START,
+                   L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE, FP8)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

@@ -180,6 +180,14 @@ extern "C" __device__ void moe_signal(long long *flag_sym, long long value, int 
 // fence waits for the thread's stores in flight.
 extern "C" __device__ void moe_fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
+// After a thread's TMA stores to global memory (bulk async-groups): wait until they have written it, not
+// only read their shared memory (Triton 3.6's store wait), and order those async-proxy writes before the
+// thread's later generic ones, so that a release after them publishes the rows. Threads without stores
+// in flight pass at once.
+extern "C" __device__ void moe_bulk_stores_done(void) {
+  asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
+}
+
 // moe_signal for one partition of a warp-specialized program, which has passed its own barrier before the
 // call (a CTA barrier would wait for the other partitions): the first thread of each calling warp fences
 // at system scope and stores the value with release (the same value from every warp: words only grow).

@@ -153,6 +153,9 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
+    if cfg.precision == "fp8" and pc.dispatch_rows * h > 16384:
+        return (f"holds an fp8 dispatch item's token rows in one 16 KB stage buffer: dispatch_rows * hidden must be "
+                f"<= 16384, got {pc.dispatch_rows} * {h}: lower dispatch_rows")  # fmt: skip
     return None
 
 
@@ -284,7 +287,7 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 
-        from .gluon_persistent import Y_CHUNKS
+        from .gluon_persistent import X_CHUNKS, Y_CHUNKS
 
         dtype = gl.float8e4nv if cfg.precision == "fp8" else gl.bfloat16
         box = [FP8_BLOCK, pc.block_k]
@@ -295,6 +298,11 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         out["y_desc"] = GluonDescriptor.from_tensor(
             y_pair.view(-1, hid // 256, 256), [1, gluon_combine_cols(cfg) // 256, 256],
             Y_CHUNKS.value)  # fmt: skip
+        if cfg.precision == "fp8":  # fp8 dispatch: the items' token rows of x_sym, each row to its pairs' places
+            out["x_desc"] = GluonDescriptor.from_tensor(
+                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, hid // 256, 256], X_CHUNKS.value)
+            out["pair_desc"] = GluonDescriptor.from_tensor(
+                workspace["a_sorted"].view(-1, hid // 256, 256), [1, hid // 256, 256], X_CHUNKS.value)
         return out
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
@@ -404,7 +412,8 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
     params = [
         ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("table", "buffer_table"),
         ("epoch_ptr", "call_epoch"), ("a_desc", "a_desc"), ("h_desc", "h_desc"), ("w1_desc", "w1_desc"),
-        ("w2_desc", "w2_desc"), ("y_desc", "y_desc"), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
+        ("w2_desc", "w2_desc"), ("y_desc", "y_desc"), ("x_desc", "x_desc" if fp8 else None),
+        ("pair_desc", "pair_desc" if fp8 else None), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
         ("item_begin", "item_begin"), ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
     ]  # fmt: skip
     starts = {k: v for k, v in sch.starts().items() if k != "REDUCE_START"}
