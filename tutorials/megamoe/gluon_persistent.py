@@ -14,14 +14,13 @@ Per program, three partitions::
                       until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
                       into the stages; for a combine item, once its tokens' pairs' L2 tiles are done, their
                       y_pair rows by TMA into the stages' A buffers (a token's pairs, 1024 columns, a stage);
-                      in fp8 each dispatch item itself, its tokens' rows by TMA into a stage and from there
-                      by TMA to their pairs' places (the consumers hand the stage back)
+                      each dispatch item itself, its tokens' rows by TMA into a stage and from there by TMA
+                      to their pairs' places (the consumers hand the stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
-                      tokens; every other token of a combine item (from the stages); the plan (with the
-                      layout: the layout item is empty) and the bf16 dispatch items in the first consumer
-                      alone
+                      tokens; every other token of a combine item (from the stages); the plan item (with
+                      the layout: the layout item is empty) in the first consumer alone
 
 Measured on the H200 (production load, random routing, traced): an L1 item on a full M tile takes 36.9 us
 against 33 us for the same tile on dense matrices (``gluon_scaled_tiles``): its first stage lands 2.5 us
@@ -39,9 +38,10 @@ in one item, shortened the consumers' waits and made the call slower, the clock 
 
 bf16 (traced, random routing): an L1 item on a full M tile takes 64.3 us, as in the Triton kernel (65.2),
 its L2 items 21.4 (23.3); its dispatch copies the pair-ordered A rows that TMA loads, 32 MB in bf16, where
-the Triton kernel's bf16 L1 gathers x's rows. With 4-token dispatch items (25-27 us each at any step
-width) the last ended 41-54 us into the call, which was as fast as the Triton kernel's; with 2-token
-items (14.7 us each) it ends at 35.5 us and the call is 2-5 % faster (CUDA graph 342.8 / 331.9 us against
+the Triton kernel's bf16 L1 gathers x's rows. Copied by the first consumer's threads, with 4-token dispatch
+items (25-27 us each at any step width) the last ended 41-54 us into the call, which was as fast as the
+Triton kernel's; with 2-token items (14.7 us each) it ended at 35.5 us and the call was 2-5 % faster
+(CUDA graph 342.8 / 331.9 us against
 361.7 / 341.0 and 354.5 / 329.2 against 363.2 / 340.0 in two runs, random / skewed; 8-token items 357.7 /
 333.1; replayed for 3 s at the power limit 369.8 against 381.6).
 
@@ -62,13 +62,14 @@ item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6).
 The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
 16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
 loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
-wgmmas). bf16 dispatch stays in the first consumer for that reason too (with route, dispatch and a combine
-that loaded its rows itself in both consumers, ptxas serialized the wgmmas again). The combine items' rows
-come by TMA, not by each thread's loads (a combine item that loaded its 128 KB itself took 8-10 us on the
-H200, about 14 GB/s a program, with one step's loads in flight or two), so their sums take few registers
-and both consumers share them, a token each in turn; fp8 dispatch items, which copied 128 KB a 4-token item
-the same way in the first consumer (8-12 us each), are the loader's TMA copies through a stage (bf16's x
-changes from call to call, so no descriptor made once names it).
+wgmmas (and with route, dispatch and a combine that loaded its rows itself in both consumers, ptxas
+serialized them again). Rows move by TMA, not by each thread's loads and stores: a combine item that loaded
+its 128 KB itself took 8-10 us on the H200 (about 14 GB/s a program, with one step's loads in flight or
+two), a dispatch item that copied its 128 KB (fp8) or 256 KB (bf16) of pair rows 8-12 us or 14.7 us in the
+first consumer. The combine items' sums take few registers with their rows in shared memory, so both
+consumers share them, a token each in turn; the dispatch items are the loader's copies through a stage
+(bf16's token rows through a descriptor the loader makes at the start of the call: x changes from call to
+call, and the layer makes the others once).
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
 earlier, waits within a rank only): a program's consumers run the items in the order its loader took them;
@@ -93,7 +94,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from triton_raw_ext import dialect
 
@@ -402,13 +403,15 @@ def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms,
 
 @gluon.jit
 def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H: gl.constexpr, K: gl.constexpr,
-                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """fp8 dispatch item ``idx`` in the loader (``_dispatch_item``'s work, its waits done and ``n`` tokens
-    read): its tokens' quantized rows by TMA into the next stage's A buffer (``x_desc``: x_sym as
-    [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions stored meanwhile,
-    a pair to a lane; then each row by TMA from the stage to each of its pairs' places (``pair_desc``: a_sorted
-    as [pairs, H / 256, 256], boxes of one pair), and once those are written the pairs counted landed in
-    their M tiles. The consumers hand the stage back; returns the next step."""
+                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr,
+                   FP8: gl.constexpr):  # fmt: skip
+    """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
+    every expert local) in the loader, its waits done and ``n`` tokens read: its tokens' rows (fp8: the
+    quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer (``x_desc``: the rows as
+    [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions (sorted_row,
+    inv_pos) stored meanwhile, a pair to a lane; then each row by TMA from the stage to each of its pairs'
+    places (``pair_desc``: a_sorted as [pairs, H / 256, 256], boxes of one pair), and once those are written
+    the pairs counted landed in their M tiles. The consumers hand the stage back; returns the next step."""
     ROWS: gl.constexpr = x_desc.block_type.shape[0]
     BOXES: gl.constexpr = x_desc.block_type.shape[1]
     L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [1, 1], [1, 0])  # a pair a lane
@@ -417,7 +420,10 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
     mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
     bar = ready.index(s)
     mbarrier.expect(bar, x_desc.block_type.nbytes)
-    rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
+    if FP8:
+        rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
+    else:
+        rows_smem = _y_chunks(a_bufs.index(s), ROWS, BOXES)
     _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past x_sym's are zeros, past n never stored
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     rr = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
@@ -450,7 +456,7 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
 
 @gluon.jit
 def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready, empty,
-            items, item_full, item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
+            items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
             INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
             GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
             PLAN_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
@@ -460,15 +466,20 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
     it into the stages (TRACE: when the wait ended, in the item's trace row); for a combine item its
-    tokens' y_pair rows (:func:`_fill_combine`); in fp8 runs each dispatch item itself (:func:`_dispatch_rows`,
-    after the waits of ``_dispatch_item``; TRACE: its whole trace row), the stages it used in the slot's M
-    tile word for the consumers to hand back. Past the last item it hands them ``item_end``, which ends their
-    loops."""
+    tokens' y_pair rows (:func:`_fill_combine`); runs each dispatch item itself (:func:`_dispatch_rows`, once
+    the layout is done and, in fp8, the route items, whose quantized rows it copies; TRACE: its whole trace
+    row), the stages it used in the slot's M tile word for the consumers to hand back. Past the last item it
+    hands them ``item_end``, which ends their loops."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
+    if FP8:  # the dispatch items' token rows: x_sym's, a buffer of the layer's
+        rows_desc = x_desc
+    else:  # x's, which change from call to call: a descriptor of this call's, in the global scratch
+        rows_desc = tma.make_tensor_descriptor(x_ptr, [gl.maximum(T, 1), H // 256, 256], [H, 256, 1],
+                                               [DISPATCH_ROWS, H // 256, 256], Y_CHUNKS)  # fmt: skip
     step = 0
     taken = 0
     _wait_slot(item_free, taken)
@@ -492,19 +503,20 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
                              (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, STAGES)  # fmt: skip
-        elif FP8 and (item >= DISPATCH_START) & (item < L1_START):
+        elif (item >= DISPATCH_START) & (item < L1_START):
             if TRACE:
                 started = _globaltimer()
             zero = moe_wait_async(sched_ptr + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
-            zero += moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
+            if FP8:
+                zero += moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
             n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
             idx = item - DISPATCH_START
             _publish(items, item_full, taken, item, (idx * DISPATCH_ROWS < n).to(gl.int32), 0, 0, 0, 0)
             if TRACE:
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if idx * DISPATCH_ROWS < n:
-                step = _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2, EL_P2,
-                                      LANDED, STAGES)  # fmt: skip
+                step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2,
+                                      EL_P2, LANDED, STAGES, FP8)  # fmt: skip
             _release(sched_ptr + DISPATCH_DONE)
             if TRACE:
                 _trace_item(trace_ptr + item * TRACE_WORDS, started)
@@ -652,58 +664,6 @@ def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
 
 
 # ----------------------------------------------------------------------------- dispatch, combine
-
-
-@gluon.jit
-def _dispatch_item(idx, me, wait_ms, table, x_ptr, H: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
-                   EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr, BLOCK_HA: gl.constexpr,
-                   LANDED: gl.constexpr):  # fmt: skip
-    """bf16 dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the
-    token, every expert local): its tokens' routing copied, their pairs placed at their layout positions
-    (sorted_row, inv_pos) and x's rows copied there (a_sorted), then counted landed in their M tiles. (fp8's
-    run in the loader, :func:`_dispatch_rows`: its rows are x_sym's, in a buffer a descriptor can name; x
-    changes from call to call.)"""
-    ROWS: gl.constexpr = DISPATCH_ROWS
-    VEC: gl.constexpr = 8  # values in 16 bytes
-    # [tokens, pairs, columns]: a row's 16-byte pieces over a warp, the tokens over the warps (each row loaded once)
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, VEC], [1, 1, 32], [4, 1, 1], [2, 1, 0])
-    L: gl.constexpr = gl.SliceLayout(2, L3)
-    t0 = idx * DISPATCH_ROWS
-    sched = _buffer(table, SCHED, gl.int32)
-    zero = moe_wait_async(sched + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
-    n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
-    if t0 < n:
-        layout_ptr = _buffer(table, LAYOUT, gl.int32)
-        tokens = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
-        live = tokens < n
-        rows = tokens.to(gl.int64)
-        kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
-        mk = live[:, None] & (kk[None, :] < K)
-        at = rows[:, None] * K + kk[None, :]
-        cols = gl.arange(0, BLOCK_HA, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-        row_at = rows[:, None, None] * H + cols[None, None, :]  # [tokens, 1, columns]: one load per row
-        vals = gl.load(x_ptr + row_at, mask=live[:, None, None], cache_modifier=".cg")  # in flight beside the routing
-        e = gl.load(_buffer(table, IDS, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
-        wts = gl.load(_buffer(table, WTS, gl.float32) + at, mask=mk, other=0.0, cache_modifier=".cg")
-        rank = gl.load(_buffer(table, RANK, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
-        gl.store(_buffer(table, RECV_IDS, gl.int32) + at, e, mask=mk)
-        gl.store(_buffer(table, RECV_W, gl.float32) + at, wts, mask=mk)
-        pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + e, cache_modifier=".cg") + rank
-        gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, (rows[:, None] + gl.zeros_like(kk)[None, :]).to(gl.int32),
-                 mask=mk)  # fmt: skip
-        gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
-        a_sorted = _buffer(table, A_SORTED, gl.bfloat16)
-        tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
-        pair_at = pos.to(gl.int64)[:, :, None] * H + cols[None, None, :]
-        for c in range(BLOCK_HA, H, BLOCK_HA):  # the next columns' loads in flight beside this step's stores
-            following = gl.load(x_ptr + row_at + c, mask=live[:, None, None], cache_modifier=".cg")
-            gl.store(a_sorted + pair_at + (c - BLOCK_HA), vals, mask=mk[:, :, None])  # a row to each of its pairs
-            vals = following
-        gl.store(a_sorted + pair_at + (H - BLOCK_HA), vals, mask=mk[:, :, None])
-        _barrier()  # the rows and pairs placed, by every thread, before the counts
-        moe_fence_gpu()  # then relaxed counts (a release count per pair fenced per pair: 8 fences a thread)
-        gl.atomic_add(sched + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=mk, sem="relaxed",
-                      scope="gpu")  # fmt: skip
 
 
 @gluon.jit
@@ -894,13 +854,14 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
               EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
               ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-              BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
+              BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
               DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
               COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr,
               FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
-    that order; the plan, layout and dispatch items in the first consumer alone (TRACE, the first
-    consumer: when it took each item, when it finished it and its SM, in the item's trace row)."""
+    that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
+    back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
+    SM, in the item's trace row)."""
     step = 0
     taken = 0
     slot = _receive(items, item_full, item_free, taken)
@@ -917,20 +878,16 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         elif item < DISPATCH_START:
             pass  # the plan item has laid the pairs out
         elif item < L1_START:
-            if FP8:  # the loader ran it (_dispatch_rows): hand back the stage it used
-                step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
-            elif part == 0:  # split between both consumers the call was 2-5 us slower
-                _dispatch_item(item - DISPATCH_START, me, wait_ms, table, x_ptr, H, K, K_P2, EL_P2, DISPATCH_ROWS,
-                               BLOCK_HA, LANDED)  # fmt: skip
-                _release(_buffer(table, SCHED, gl.int32) + DISPATCH_DONE)
+            # the loader ran it (_dispatch_rows): hand back the stage it used
+            step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
                               part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, BLOCK_HC, STAGES)  # fmt: skip
-        if TRACE and part == 0 and not (FP8 and (item >= DISPATCH_START) & (item < L1_START)):
-            _trace_item(trace_ptr + item * TRACE_WORDS, started)  # fp8 dispatch items: the loader's row
+        if TRACE and part == 0 and not ((item >= DISPATCH_START) & (item < L1_START)):
+            _trace_item(trace_ptr + item * TRACE_WORDS, started)  # dispatch items: the loader's row
         taken += 1
         slot = _receive(items, item_full, item_free, taken)
         item = _word(slot, SLOT_ITEM)
@@ -943,7 +900,7 @@ def moe_persistent_gluon(
     H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
     E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
     ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-    BLOCK_HA: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
+    BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
@@ -978,16 +935,17 @@ def moe_persistent_gluon(
     gl.warp_specialize([
         (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
-                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      LANDED, TRACE, FP8)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
-                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, BLOCK_HA,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      LANDED, TRACE, FP8)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
-                   empty, items, item_full, item_free, table, me, wait_ms, item_begin, item_end, trace_ptr, H, INTER,
+                   empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
+                   H, INTER,
                    K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, PLAN_START, DISPATCH_START,
                    L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE, FP8)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip

@@ -191,6 +191,8 @@ class MegaMoE:
             extra_sym, extra_local = persistent_buffers(self.cfg, self.persistent)
             sym_specs, local_specs = [*sym_specs, *extra_sym], [*local_specs, *extra_local]
             self.weights = persistent_weights(self.cfg, self.weights, self.persistent)
+            if self.persistent.gluon and precision != "fp8":  # the call's descriptor of x, made by the kernel
+                install_descriptor_scratch(w1.device)
         else:
             self.persistent = None
             rows = max_tokens * world * top_k / num_experts  # expected pairs per local expert, uniform routing

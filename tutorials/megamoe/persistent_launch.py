@@ -153,9 +153,10 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
-    if cfg.precision == "fp8" and pc.dispatch_rows * h > 16384:
-        return (f"holds an fp8 dispatch item's token rows in one 16 KB stage buffer: dispatch_rows * hidden must be "
-                f"<= 16384, got {pc.dispatch_rows} * {h}: lower dispatch_rows")  # fmt: skip
+    row_bytes = h * (1 if cfg.precision == "fp8" else 2)
+    if pc.dispatch_rows * row_bytes > 16384:
+        return (f"holds a dispatch item's token rows in one 16 KB stage buffer: dispatch_rows * hidden * the operand's "
+                f"bytes must be <= 16384, got {pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
     return None
 
 
@@ -298,11 +299,14 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         out["y_desc"] = GluonDescriptor.from_tensor(
             y_pair.view(-1, hid // 256, 256), [1, gluon_combine_cols(cfg) // 256, 256],
             Y_CHUNKS.value)  # fmt: skip
-        if cfg.precision == "fp8":  # fp8 dispatch: the items' token rows of x_sym, each row to its pairs' places
+        # dispatch: each token row to its pairs' places in a_sorted; fp8's rows are x_sym's (bf16's are x's, which
+        # change from call to call: the kernel makes their descriptor)
+        unswizzled = X_CHUNKS.value if cfg.precision == "fp8" else Y_CHUNKS.value
+        out["pair_desc"] = GluonDescriptor.from_tensor(
+            workspace["a_sorted"].view(-1, hid // 256, 256), [1, hid // 256, 256], unswizzled)
+        if cfg.precision == "fp8":
             out["x_desc"] = GluonDescriptor.from_tensor(
-                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, hid // 256, 256], X_CHUNKS.value)
-            out["pair_desc"] = GluonDescriptor.from_tensor(
-                workspace["a_sorted"].view(-1, hid // 256, 256), [1, hid // 256, 256], X_CHUNKS.value)
+                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, hid // 256, 256], unswizzled)
         return out
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
@@ -390,11 +394,6 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
 GLUON_BF16_BLOCK_K = 64  # the Gluon kernel's bf16 K step: stages of 128-byte rows, as fp8's 128
 # Registers per thread of the Gluon kernel's second consumer (two 64 x 128 accumulators) and of its loader
 GLUON_CONSUMER_REGS, GLUON_LOADER_REGS = 232, 40
-# Row values per step of a Gluon dispatch item (A rows) and combine item (y rows), as traced on the H200 at
-# the production load: fp8 dispatch with 4-row items as fast at 512 columns as at 1024, slower at 256 and
-# 2048 (bf16: 25.8 us an item at 512, 27.0 at 256, 24.9 at 1024, 25.7 at 2048, bound by the 256 KB of pair
-# rows it writes); combine with 2-row items 12.6 us each at 512 columns, 16.7 at 256, 14.8 at 1024
-GLUON_DISPATCH_VALUES, GLUON_COMBINE_VALUES = 2048, 1024
 
 
 def gluon_combine_cols(cfg: MoEConfig) -> int:
@@ -413,7 +412,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("table", "buffer_table"),
         ("epoch_ptr", "call_epoch"), ("a_desc", "a_desc"), ("h_desc", "h_desc"), ("w1_desc", "w1_desc"),
         ("w2_desc", "w2_desc"), ("y_desc", "y_desc"), ("x_desc", "x_desc" if fp8 else None),
-        ("pair_desc", "pair_desc" if fp8 else None), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
+        ("pair_desc", "pair_desc"), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
         ("item_begin", "item_begin"), ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
     ]  # fmt: skip
     starts = {k: v for k, v in sch.starts().items() if k != "REDUCE_START"}
@@ -421,8 +420,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         H=cfg.hidden, INTER=cfg.intermediate, E=cfg.num_experts, E_P2=next_pow2(cfg.num_experts), K=cfg.top_k,
         K_P2=next_pow2(cfg.top_k), E_LOC=cfg.local_experts, EL_P2=next_pow2(cfg.local_experts),
         GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens,
-        ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows,
-        COMBINE_ROWS=pc.combine_rows, BLOCK_HA=row_block(cfg.hidden, GLUON_DISPATCH_VALUES // pc.dispatch_rows),
+        ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows,
         BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
