@@ -475,11 +475,6 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
-    if FP8:  # the dispatch items' token rows: x_sym's, a buffer of the layer's
-        rows_desc = x_desc
-    else:  # x's, which change from call to call: a descriptor of this call's, in the global scratch
-        rows_desc = tma.make_tensor_descriptor(x_ptr, [gl.maximum(T, 1), H // 256, 256], [H, 256, 1],
-                                               [DISPATCH_ROWS, H // 256, 256], Y_CHUNKS)  # fmt: skip
     step = 0
     taken = 0
     _wait_slot(item_free, taken)
@@ -515,6 +510,12 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             if TRACE:
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if idx * DISPATCH_ROWS < n:
+                if FP8:  # the token rows: x_sym's, a buffer of the layer's
+                    rows_desc = x_desc
+                else:  # x's, which change from call to call: this call's, in the program's global scratch (made
+                    # here, not at the loader's start, which would hand out the call's first items later)
+                    rows_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1],
+                                                           [DISPATCH_ROWS, H // 256, 256], Y_CHUNKS)  # fmt: skip
                 step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2,
                                       EL_P2, LANDED, STAGES, FP8)  # fmt: skip
             _release(sched_ptr + DISPATCH_DONE)
