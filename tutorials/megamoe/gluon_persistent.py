@@ -424,7 +424,7 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
         rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
     else:
         rows_smem = _y_chunks(a_bufs.index(s), ROWS, BOXES)
-    _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past x_sym's are zeros, past n never stored
+    _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past the tensor's come as zeros, past n are never stored
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     rr = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
     kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
