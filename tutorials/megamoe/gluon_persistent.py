@@ -148,30 +148,31 @@ X_CHUNKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwi
 if hasattr(gl.shared_memory_descriptor, "reinterpret"):
 
     @gluon.jit
-    def _y_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
-        return buf.reinterpret(gl.bfloat16, [rows, boxes, 256], Y_CHUNKS)
-
-    @gluon.jit
-    def _y_rows(buf, rows: gl.constexpr):
-        return buf.reinterpret(gl.bfloat16, [rows, 256], Y_ROWS)
-
-    @gluon.jit
-    def _x_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
-        return buf.reinterpret(gl.float8e4nv, [rows, boxes, 256], X_CHUNKS)
+    def _view(buf, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+        return buf.reinterpret(dtype, shape, layout)
 
 else:  # Triton 3.6 to 3.8
 
     @gluon.jit
-    def _y_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
-        return buf._reinterpret(gl.bfloat16, [rows, boxes, 256], Y_CHUNKS)
+    def _view(buf, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+        return buf._reinterpret(dtype, shape, layout)
 
-    @gluon.jit
-    def _y_rows(buf, rows: gl.constexpr):
-        return buf._reinterpret(gl.bfloat16, [rows, 256], Y_ROWS)
 
-    @gluon.jit
-    def _x_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
-        return buf._reinterpret(gl.float8e4nv, [rows, boxes, 256], X_CHUNKS)
+@gluon.jit
+def _y_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
+    return _view(buf, gl.bfloat16, [rows, boxes, 256], Y_CHUNKS)
+
+
+@gluon.jit
+def _y_rows(buf, rows: gl.constexpr):
+    return _view(buf, gl.bfloat16, [rows, 256], Y_ROWS)
+
+
+@gluon.jit
+def _x_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
+    return _view(buf, gl.float8e4nv, [rows, boxes, 256], X_CHUNKS)
+
+
 # The call's buffers by binding key, in the order of the kernel's table of their addresses (module
 # docstring; ``persistent_launch.call_extras`` builds it once per layer)
 BUFFER_TABLE = (
