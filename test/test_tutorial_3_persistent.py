@@ -79,6 +79,11 @@ def test_schedule_regions_and_slices():
     assert sch.route == 512 // 32 and sch.plan == 1 and sch.layout == 1 and sch.reduce == 0
     assert sch.m_tiles == 4096 // 128 + 16
     assert sch.l1 == sch.m_tiles * 1536 // 128 and sch.l2 == sch.m_tiles * 4096 // 256
+    # the Gluon kernel's combine items: a chunk of 1024 columns (a token's 8 pairs in 16 KB) of 4 tokens each
+    assert pc.gluon and (sch.combine_chunks, sch.combine) == (4, 4 * 512 // 4)
+    assert sch.sched_words == persistent.SCHED_FIXED + 1 + 16 + 1 + 3 * sch.m_tiles
+    triton_kernel = schedule(PRODUCTION, choose_persistent(PRODUCTION, gluon=False))
+    assert (triton_kernel.combine_chunks, triton_kernel.combine) == (1, 512 // 4)
     order = ["PLAN_START", "LAYOUT_START", "DISPATCH_START", "L1_START", "L2_START", "COMBINE_START", "REDUCE_START",
              "N_ITEMS"]  # fmt: skip
     assert list(starts) == order and [starts[k] for k in order] == sorted(starts.values())
@@ -299,11 +304,11 @@ def test_default_knobs():
     assert (fp8.gluon, fp8.dispatch_rows, fp8.combine_rows) == (False, 8, 4)
     # by default the Gluon kernel where it runs (world 1), with smaller dispatch and combine items
     fp8_gluon = choose_persistent(fp8_cfg)
-    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, dispatch_rows=4, combine_rows=2)
+    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, dispatch_rows=4, combine_rows=4)
     assert not choose_persistent(dataclasses.replace(fp8_cfg, num_experts=32, world=2)).gluon
     # bf16 too, with 2 rows per dispatch item (rows of twice the bytes)
     bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=True, tma_w2=True, half_tail=False,
-                                     dispatch_rows=2, combine_rows=2)  # fmt: skip
+                                     dispatch_rows=2, combine_rows=4)  # fmt: skip
     assert choose_persistent(PRODUCTION) == bf16_gluon == persistent_config(PRODUCTION, {})
     assert persistent_config(PRODUCTION, {"gluon": False}) == big
     assert persistent_config(PRODUCTION, {"half_tail": True}) == big, "knobs the Gluon kernel cannot run"
@@ -458,8 +463,60 @@ def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
     assert rows["l2"][: 4 * 16].tolist() == [128, 2, 5, 128] * 16 and not rows["l2"][4 * 16 :].any()
     assert len(rows["l2"]) == sch.starts()["COMBINE_START"] - sch.starts()["L2_START"]
     layout[1:11] = [128] * 9 + [3]  # 10 M tiles: a group of 8, then one of 2 (tiles 8 and 9) taking turns
-    groups = gemm_item_rows(layout, sch, 128, 8)["l1"]
-    assert (groups[: 8 * 12] == 128).all() and groups[8 * 12 : 10 * 12].tolist() == [128, 3] * 12
+    groups = gemm_item_rows(layout, sch, 128, 8)
+    assert (groups["l1"][: 8 * 12] == 128).all() and groups["l1"][8 * 12 : 10 * 12].tolist() == [128, 3] * 12
+    # L2 a combine chunk (4 of its 16 N tiles) at a time, each chunk in the same groups
+    assert sch.combine_chunks == 4
+    for chunk in range(4):
+        items = groups["l2"][chunk * 10 * 4 : (chunk + 1) * 10 * 4]
+        assert (items[: 8 * 4] == 128).all() and items[8 * 4 :].tolist() == [128, 3] * 4
+    assert not groups["l2"][10 * 16 :].any()
+
+
+# (M tiles, N tiles, GROUP_M, N tiles per chunk): the production L2 (4 chunks of 4), a last group of 2, fewer
+# M tiles than a group, one chunk (the plain order), one M tile
+ORDER_CASES = [(44, 16, 8, 4), (10, 16, 8, 4), (3, 12, 8, 2), (7, 6, 3, 6), (1, 4, 8, 2)]
+
+
+def test_kernel_tile_orders_match_the_trace_in_interpreter(tmp_path):
+    """``kernels._chunked_tile_of`` (the Gluon kernel's L2 order) and ``_tile_of`` in Triton's interpreter give
+    ``trace_persistent.tile_order``'s tiles: every (M tile, N tile) once, chunk by chunk."""
+    import json
+
+    import numpy as np
+
+    from tutorials.megamoe.trace_persistent import tile_order
+
+    script = tmp_path / "order.py"
+    script.write_text(f"""
+import json
+import torch, triton, triton.language as tl
+from tutorials.megamoe import kernels
+@triton.jit
+def order(out_ptr, m_tiles, N_TILES: tl.constexpr, CHUNK: tl.constexpr, GROUP_M: tl.constexpr):
+    i = tl.program_id(0)
+    if CHUNK == N_TILES:
+        pid_m, pid_n = kernels._tile_of(i, m_tiles, N_TILES, GROUP_M)
+    else:
+        pid_m, pid_n = kernels._chunked_tile_of(i, m_tiles, CHUNK, GROUP_M)
+    tl.store(out_ptr + 2 * i, pid_m)
+    tl.store(out_ptr + 2 * i + 1, pid_n)
+res = []
+for m, n, g, c in {json.dumps(ORDER_CASES)}:
+    out = torch.full((2 * m * n,), -1, dtype=torch.int32)
+    order[(m * n,)](out, m, N_TILES=n, CHUNK=c, GROUP_M=g)
+    res.append(out.view(m * n, 2).tolist())
+print(json.dumps(res))
+""")
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=child_env(TRITON_INTERPRET="1"),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (m, n, g, c), tiles in zip(ORDER_CASES, got, strict=True):
+        pid_m, pid_n = tile_order(m, n, g, c)
+        assert tiles == np.stack([pid_m, pid_n], axis=1).tolist(), (m, n, g, c)
+        assert sorted(map(tuple, tiles)) == [(i, j) for i in range(m) for j in range(n)], (m, n, g, c)
+        assert [j // c for _, j in tiles] == [i // (m * c) for i in range(m * n)], "a chunk at a time"
 
 
 def test_state_check_lets_only_a_peers_plan_flag_run_one_call_ahead():

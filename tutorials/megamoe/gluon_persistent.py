@@ -12,8 +12,9 @@ Per program, three partitions::
                       M tiles moves the counter to the next region instead (it waits for the layout once).
                       For an L1 item it then waits until its M tile's rows have landed, for an L2 item
                       until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
-                      into the stages; for a combine item, once its tokens' pairs' L2 tiles are done, their
-                      y_pair rows by TMA into the stages' A buffers (a token's pairs, 1024 columns, a stage);
+                      into the stages; for a combine item (a chunk of columns, 1024 at the production
+                      load, of a few tokens), once the chunk's L2 tiles are done, its tokens' pairs' y_pair
+                      rows of the chunk by TMA into the stages' A buffers (a token's pairs a stage);
                       each dispatch item itself, its tokens' rows by TMA into a stage and from there by TMA
                       to their pairs' places (the consumers hand the stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
@@ -57,18 +58,23 @@ their waits expect twice the items, and that the plan item waits for the routed 
 before the route items quantize), not for the route items: at world 1 it lays the pairs out itself, and
 the fp8 dispatch items wait for the route items. The first L1 items wait for nearly every dispatch item
 (each M tile holds rows of most of them): on the H200 the plan ends 7.9 us into the call (the layout
-item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6).
+item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6). L2 tiles count per combine
+chunk, not per M tile: the L2 items go a chunk of columns at a time (every M tile's N tiles of the chunk)
+and a combine item takes one chunk of its tokens, so the first chunks' combine items run beside the last
+chunks' L2 tiles. Each token's combine waits for all of its pairs' L2 tiles, which lie in most M tiles, so
+with whole rows per combine item and L2 in M tile groups every combine item waited for the last L2 tiles:
+in the trace the combine ran 18 us past them.
 
 The buffers' addresses come from a table (:data:`BUFFER_TABLE`), each loaded where it is used, said to be
 16-byte aligned: a worker partition keeps whatever it takes as an argument in registers for its whole
 loop, and twenty pointers left the second consumer too few for its accumulators (ptxas serialized the
-wgmmas (and with route, dispatch and a combine that loaded its rows itself in both consumers, ptxas
+wgmmas; with route, dispatch and a combine that loaded its rows itself in both consumers, ptxas
 serialized them again). Rows move by TMA, not by each thread's loads and stores: a combine item that loaded
 its 128 KB itself took 8-10 us on the H200 (about 14 GB/s a program, with one step's loads in flight or
 two), a dispatch item that copied its 128 KB (fp8) or 256 KB (bf16) of pair rows 8-12 us or 14.7 us in the
 first consumer. The combine items' sums take few registers with their rows in shared memory, so both
 consumers share them, a token each in turn; the dispatch items are the loader's copies through a stage
-(bf16's token rows through a descriptor the loader makes at the start of the call: x changes from call to
+(bf16's token rows through a descriptor the loader makes at each dispatch item: x changes from call to
 call, and the layer makes the others once).
 
 No deadlock at any grid size, by the argument of ``persistent.py`` (every wait is for items handed out
@@ -99,7 +105,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton_raw_ext import dialect
 
 from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _tma_load, _tma_store
-from .kernels import DEVICE_FILE, _tile_of
+from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
     DISPATCH_DONE,
@@ -286,12 +292,13 @@ def _pair_tiles(layout_ptr, e, pos, owned, EL_P2: gl.constexpr):
 
 @gluon.jit
 def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.constexpr, N1: gl.constexpr,
-               N2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr):  # fmt: skip
+               CHUNK_TILES: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr):  # fmt: skip
     """(M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the call's
-    ``n_mt`` M tiles)."""
+    ``n_mt`` M tiles). L2 items go a combine chunk of CHUNK_TILES N tiles at a time, so that a chunk's combine
+    items can run while the later chunks' L2 tiles do."""
     is_l2 = item >= L2_START
     if is_l2:
-        pid_m, pid_n = _tile_of(item - L2_START, n_mt, N2, GROUP_M)
+        pid_m, pid_n = _chunked_tile_of(item - L2_START, n_mt, CHUNK_TILES, GROUP_M)
     else:
         pid_m, pid_n = _tile_of(item - L1_START, n_mt, N1, GROUP_M)
     expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2)
@@ -370,35 +377,36 @@ def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H: gl.constexpr,
 
 
 @gluon.jit
-def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms, step, H: gl.constexpr,
-                  K: gl.constexpr, K_P2: gl.constexpr, EL_P2: gl.constexpr, M_TILES: gl.constexpr,
-                  COMBINE_ROWS: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """The y_pair rows of combine item ``idx``'s first ``tokens`` tokens into the stages from ``step`` on,
-    once their pairs' L2 tiles are done: a stage per token and CHUNK columns, the token's K pair chunks in
-    the A buffer (``y_desc``: y_pair as [pairs, H / 256, 256], boxes of one pair's CHUNK columns); returns
-    the next step."""
+def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms, step, K: gl.constexpr,
+                  K_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+                  COMBINE_BLOCKS: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """The y_pair rows of combine item ``idx`` (chunk ``idx // COMBINE_BLOCKS`` of the columns, its first
+    ``tokens`` tokens of token block ``idx % COMBINE_BLOCKS``) into the stages from ``step`` on, once the
+    chunk's L2 tiles are done: a stage per token, the token's K pair rows of the chunk in the A buffer
+    (``y_desc``: y_pair as [pairs, H / 256, 256], boxes of one pair's chunk); returns the next step."""
     BOXES: gl.constexpr = y_desc.block_type.shape[1]
-    CHUNK: gl.constexpr = BOXES * 256
-    N2: gl.constexpr = H // (2 * QBLOCK)
+    CHUNK_TILES: gl.constexpr = BOXES  # L2 N tiles (256 columns each) in a chunk
     L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
     V: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     sched = _buffer(table, SCHED, gl.int32)
+    chunk = idx // COMBINE_BLOCKS
+    t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
+    # every M tile's L2 tiles of the chunk, each counted by both consumers (the combine waited for dispatch,
+    # so the layout's M tile count is there)
+    n_mt = gl.load(_buffer(table, LAYOUT, gl.int32), cache_modifier=".cg")
+    zero = moe_wait_async(sched + L2_DONE + chunk, PARTS * CHUNK_TILES * n_mt, WAIT_L2, me, wait_ms)
     kk = gl.arange(0, K_P2, layout=V)
     for r in range(tokens):
-        at = (idx * COMBINE_ROWS + r).to(gl.int64) * K + kk
+        at = (t0 + r).to(gl.int64) * K + kk + zero
         pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=kk < K, other=-1, cache_modifier=".cg")
-        e = gl.load(_buffer(table, RECV_IDS, gl.int32) + at, mask=kk < K, other=-1, cache_modifier=".cg")
-        tile = _pair_tiles(_buffer(table, LAYOUT, gl.int32), e, pos, pos >= 0, EL_P2)
-        moe_wait_async(sched + L2_DONE + tile, gl.where(pos >= 0, PARTS * N2, 0), WAIT_L2, me, wait_ms)
-        for c in range(H // CHUNK):
-            s = step % STAGES
-            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, K * y_desc.block_type.nbytes)
-            rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
-            for k in gl.static_range(K):
-                _tma_load(y_desc, [gl.sum(gl.where(kk == k, pos, 0), axis=0), c * BOXES, 0], bar, rows.slice(k, 1))
-            step += 1
+        s = step % STAGES
+        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
+        bar = ready.index(s)
+        mbarrier.expect(bar, K * y_desc.block_type.nbytes)
+        rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
+        for k in gl.static_range(K):
+            _tma_load(y_desc, [gl.sum(gl.where(kk == k, pos, 0), axis=0), chunk * BOXES, 0], bar, rows.slice(k, 1))
+        step += 1
     return step
 
 
@@ -460,9 +468,9 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
             INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
             GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-            PLAN_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
-            COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr,
-            FP8: gl.constexpr):  # fmt: skip
+            COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
+            DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
+            STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -472,7 +480,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     row), the stages it used in the slot's M tile word for the consumers to hand back. Past the last item it
     hands them ``item_end``, which ends their loops."""
     N1: gl.constexpr = INTER // QBLOCK
-    N2: gl.constexpr = H // (2 * QBLOCK)
+    CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)  # L2 N tiles in a combine chunk
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
@@ -484,8 +492,8 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     while item < item_end:
         if (item >= L1_START) & (item < COMBINE_START):
             is_l2 = item >= L2_START
-            pid_m, pid_n, expert, row0, row_end = _gemm_item(layout_ptr, item, n_mt, L1_START, L2_START, N1, N2,
-                                                             E_LOC, EL_P2, GROUP_M)  # fmt: skip
+            pid_m, pid_n, expert, row0, row_end = _gemm_item(layout_ptr, item, n_mt, L1_START, L2_START, N1,
+                                                             CHUNK_TILES, E_LOC, EL_P2, GROUP_M)  # fmt: skip
             _publish(items, item_full, taken, item, pid_m, pid_n, expert, row0, row_end)
             if is_l2:
                 moe_wait_async(sched_ptr + LANDED + M_TILES + pid_m, PARTS * N1, WAIT_L1, me, wait_ms)
@@ -523,10 +531,11 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             if TRACE:
                 _trace_item(trace_ptr + item * TRACE_WORDS, started)
         elif item >= COMBINE_START:  # its tokens in the slot's M tile word, for the consumers' stage count
-            tokens = _combine_tokens(item - COMBINE_START, me, wait_ms, table, COMBINE_ROWS, L1_START - DISPATCH_START)
+            tokens = _combine_tokens(item - COMBINE_START, me, wait_ms, table, COMBINE_ROWS, COMBINE_BLOCKS,
+                                     L1_START - DISPATCH_START)  # fmt: skip
             _publish(items, item_full, taken, item, tokens, 0, 0, 0, 0)
             step = _fill_combine(y_desc, a_bufs, ready, empty, table, item - COMBINE_START, tokens, me, wait_ms, step,
-                                 H, K, K_P2, EL_P2, M_TILES, COMBINE_ROWS, LANDED, STAGES)  # fmt: skip
+                                 K, K_P2, M_TILES, COMBINE_ROWS, COMBINE_BLOCKS, LANDED, STAGES)  # fmt: skip
         else:
             _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
         taken += 1
@@ -669,45 +678,47 @@ def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
 
 
 @gluon.jit
-def _combine_tokens(idx, me, wait_ms, table, COMBINE_ROWS: gl.constexpr, N_DISPATCH: gl.constexpr):
-    """How many of combine item ``idx``'s tokens the call has (once dispatch is done)."""
+def _combine_tokens(idx, me, wait_ms, table, COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr,
+                    N_DISPATCH: gl.constexpr):  # fmt: skip
+    """How many of combine item ``idx``'s tokens (token block ``idx % COMBINE_BLOCKS``) the call has (once
+    dispatch is done)."""
     sched = _buffer(table, SCHED, gl.int32)
     zero = moe_wait_async(sched + DISPATCH_DONE, N_DISPATCH, WAIT_DISPATCH, me, wait_ms)
     n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
-    return gl.minimum(gl.maximum(n - idx * COMBINE_ROWS, 0), COMBINE_ROWS)
+    return gl.minimum(gl.maximum(n - idx % COMBINE_BLOCKS * COMBINE_ROWS, 0), COMBINE_ROWS)
 
 
 @gluon.jit
 def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, ready, empty, table, y_ptr, H: gl.constexpr,
-                  K: gl.constexpr, K_P2: gl.constexpr, COMBINE_ROWS: gl.constexpr, BLOCK_HC: gl.constexpr,
-                  STAGES: gl.constexpr):  # fmt: skip
-    """Consumer ``part``'s share of combine item ``idx`` (``persistent._combine_item`` at world 1: a token's slot
-    is the token) for its first ``tokens`` tokens from the stages the loader filled (:func:`_fill_combine`: a
-    stage per token and BLOCK_HC columns, the token's pairs' y_pair rows): the weighted sum of its pairs into
-    y for every other token (the part-th, then every PARTS-th), the other consumer's stages handed back
-    unread; returns the next step."""
+                  K: gl.constexpr, K_P2: gl.constexpr, COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr,
+                  BLOCK_HC: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """Consumer ``part``'s share of combine item ``idx`` (``persistent._combine_item`` at world 1, a token's slot
+    the token, for the BLOCK_HC columns of chunk ``idx // COMBINE_BLOCKS``) for the first ``tokens`` tokens of
+    its token block from the stages the loader filled (:func:`_fill_combine`: a stage per token, its pairs'
+    y_pair rows of the chunk): the weighted sum of its pairs into y for every other token (the part-th, then
+    every PARTS-th), the other consumer's stages handed back unread; returns the next step."""
     BOXES: gl.constexpr = BLOCK_HC // 256
     # [boxes, 256] of one pair: 16 bytes a thread, a box over a warp, the boxes over the warps
     L: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    cols = (gl.arange(0, BOXES, layout=gl.SliceLayout(1, L))[:, None] * 256
+    cols = (idx // COMBINE_BLOCKS * BLOCK_HC + gl.arange(0, BOXES, layout=gl.SliceLayout(1, L))[:, None] * 256
             + gl.arange(0, 256, layout=gl.SliceLayout(0, L))[None, :])  # fmt: skip
+    t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
     for r in range(tokens):
         if r % PARTS == part:
-            t = (idx * COMBINE_ROWS + r).to(gl.int64)
+            t = (t0 + r).to(gl.int64)
             w_row = _buffer(table, RECV_W, gl.float32) + t * K
-            for c in range(H // BLOCK_HC):
-                s = step % STAGES
-                mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-                rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
-                acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
-                for k in gl.static_range(K):  # the pairs in order
-                    acc += gl.load(w_row + k) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
-                _barrier()  # every warp's reads of the stage before it is handed back
-                mbarrier.arrive(empty.index(s), count=1)
-                gl.store(y_ptr + t * H + c * BLOCK_HC + cols, acc.to(gl.bfloat16))
-                step += 1
+            s = step % STAGES
+            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+            rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
+            acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
+            for k in gl.static_range(K):  # the pairs in order
+                acc += gl.load(w_row + k) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
+            _barrier()  # every warp's reads of the stage before it is handed back
+            mbarrier.arrive(empty.index(s), count=1)
+            gl.store(y_ptr + t * H + cols, acc.to(gl.bfloat16))
+            step += 1
         else:
-            step = _pass_stages(ready, empty, H // BLOCK_HC, step, STAGES)
+            step = _pass_stages(ready, empty, 1, step, STAGES)
     return step
 
 
@@ -796,24 +807,26 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 
 @gluon.jit
 def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
-               M_TILES: gl.constexpr, L2_START: gl.constexpr, ROW0: gl.constexpr, STAGES: gl.constexpr,
-               LANDED: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+               M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
+               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
     next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
-    in its L2 count. An expert's last tile of at most 64 rows is the first consumer's alone."""
+    in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
     KB1: gl.constexpr = H // BLOCK_K
     KB2: gl.constexpr = INTER // BLOCK_K
     L1_DONE: gl.constexpr = LANDED + M_TILES
+    L2_DONE: gl.constexpr = LANDED + 2 * M_TILES  # per combine chunk
+    CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)
     # a wgmma's K: 32 bytes of each row
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, QBLOCK, 32 if FP8 else 16])  # fmt: skip
     is_l2 = _word(slot, SLOT_ITEM) >= L2_START
     pid_m, pid_n, expert = _word(slot, SLOT_PID_M), _word(slot, SLOT_PID_N), _word(slot, SLOT_EXPERT)
     row0, row_end = _word(slot, SLOT_ROW0), _word(slot, SLOT_ROW_END)
-    done = _buffer(table, SCHED, gl.int32) + L1_DONE + is_l2.to(gl.int32) * M_TILES + pid_m  # L1's count, or L2's
+    done = _buffer(table, SCHED, gl.int32) + gl.where(is_l2, L2_DONE + pid_n // CHUNK_TILES, L1_DONE + pid_m)
     # The item's first stage has landed: the loader has passed the item's wait, so what it waited for
     # (the rows' positions and scales, h and its scales) is visible to this partition's loads too.
     mbarrier.wait(ready.index(step % STAGES), (step // STAGES) & 1)
@@ -856,10 +869,10 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
               EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
               ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-              BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
-              DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
-              COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr,
-              FP8: gl.constexpr):  # fmt: skip
+              COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
+              LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
+              L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
+              TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -884,10 +897,10 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
-                              part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
-                                 table, y_ptr, H, K, K_P2, COMBINE_ROWS, BLOCK_HC, STAGES)  # fmt: skip
+                                 table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
         if TRACE and part == 0 and not ((item >= DISPATCH_START) & (item < L1_START)):
             _trace_item(trace_ptr + item * TRACE_WORDS, started)  # dispatch items: the loader's row
         taken += 1
@@ -902,7 +915,7 @@ def moe_persistent_gluon(
     H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
     E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
     ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-    BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
+    COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
@@ -937,19 +950,19 @@ def moe_persistent_gluon(
     gl.warp_specialize([
         (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
-                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      LANDED, TRACE, FP8)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
-                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
                      LANDED, TRACE, FP8)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
-                   H, INTER,
-                   K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, PLAN_START, DISPATCH_START,
-                   L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE, FP8)),
+                   H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
+                   BLOCK_HC, PLAN_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE,
+                   FP8)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

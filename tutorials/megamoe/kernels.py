@@ -325,6 +325,16 @@ def _tile_of(pid, M_TILES, N_TILES: tl.constexpr, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def _chunked_tile_of(pid, M_TILES, CHUNK_TILES: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of tile ``pid`` of an order that takes the N tiles CHUNK_TILES at a time: every M tile's
+    N tiles of a chunk in :func:`_tile_of`'s order, then the next chunk's (work that needs all the M tiles
+    of some columns can start once their chunk is done)."""
+    per_chunk = M_TILES * CHUNK_TILES
+    pid_m, pid_n = _tile_of(pid % per_chunk, M_TILES, CHUNK_TILES, GROUP_M)
+    return pid_m, pid_n + pid // per_chunk * CHUNK_TILES
+
+
+@triton.jit
 def moe_l1_swiglu(
     recv_x,
     sorted_row,

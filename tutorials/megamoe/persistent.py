@@ -148,7 +148,9 @@ def cdiv(a: int, b: int) -> int:
 class Schedule:
     """The work items of one call, region by region in hand-out order, and the sizes of the kernel's
     counter (``sched``) and layout (``layout``) buffers. Built from the layer's shape and the item
-    sizes; the GEMM regions count every M tile any routing can make (``m_tiles``)."""
+    sizes; the GEMM regions count every M tile any routing can make (``m_tiles``). ``combine_chunks``: the
+    column chunks a combine item takes one of (each chunk's items for every token block, chunk by chunk;
+    the Gluon kernel's), 1 where a combine item sums whole rows."""
 
     world: int
     experts: int
@@ -162,13 +164,14 @@ class Schedule:
     l2: int
     combine: int
     reduce: int
+    combine_chunks: int = 1
 
     REGIONS = ("route", "plan", "layout", "dispatch", "l1", "l2", "combine", "reduce")
 
     @classmethod
     def of(
         cls, cfg: MoEConfig, *, block_m: int, n1_tiles: int, n2_tiles: int, route_items: int, dispatch_rows: int,
-        combine_rows: int, reduce_rows: int,
+        combine_rows: int, reduce_rows: int, combine_chunks: int = 1,
     ) -> Schedule:  # fmt: skip
         """The schedule of a layer ``cfg`` with these tile counts and items sizes."""
         w, t = cfg.world, cfg.max_tokens
@@ -177,7 +180,8 @@ class Schedule:
             world=w, experts=cfg.num_experts, local_experts_p2=next_pow2(cfg.local_experts), m_tiles=m_tiles,
             route=route_items, plan=w, layout=1, dispatch=w * cdiv(t, dispatch_rows), l1=m_tiles * n1_tiles,
             l2=m_tiles * n2_tiles,
-            combine=w * cdiv(t, combine_rows), reduce=cdiv(t, reduce_rows) if w > 1 else 0,
+            combine=w * cdiv(t, combine_rows) * combine_chunks, reduce=cdiv(t, reduce_rows) if w > 1 else 0,
+            combine_chunks=combine_chunks,
         )  # fmt: skip
 
     def starts(self) -> dict[str, int]:
@@ -201,8 +205,9 @@ class Schedule:
     @property
     def sched_words(self) -> int:
         """Length of ``sched``: the fixed counters, combine items done per source, pairs per expert, tokens
-        per destination, then rows landed, L1 tiles done and L2 tiles done per M tile."""
-        return self.landed_word + 3 * self.m_tiles
+        per destination, then rows landed and L1 tiles done per M tile, and L2 tiles done per M tile (per
+        combine chunk where there are several)."""
+        return self.landed_word + 2 * self.m_tiles + max(self.m_tiles, self.combine_chunks)
 
     @property
     def landed_word(self) -> int:

@@ -83,8 +83,8 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
     Gluon kernel runs (128-row tiles at world 1, H and I multiples of 256), it unless ``gluon`` is False
     (the H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16,
     whose K-major copy of the weights it makes), with every GEMM operand through TMA, 4 stages, 4 slots
-    per dispatch item in fp8 and 2 in bf16 (twice the bytes a row), 2 rows per combine item (its first
-    consumer runs them alone, so smaller items keep more programs at work)."""
+    per dispatch item in fp8 and 2 in bf16 (twice the bytes a row), 4 tokens per combine item (an item takes
+    one column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
@@ -101,7 +101,7 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
                                   num_stages=3, tma_w2=False)  # fmt: skip
     gluon_pc = dataclasses.replace(pc, gluon=True, block_n1=FP8_BLOCK, num_stages=4, tma_a=True, tma_w1=True,
                                    tma_w2=True, half_tail=False, dispatch_rows=4 if cfg.precision == "fp8" else 2,
-                                   combine_rows=2)  # fmt: skip
+                                   combine_rows=4)  # fmt: skip
     return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
 
 
@@ -202,12 +202,14 @@ def _route_cols(cfg: MoEConfig, pc: PersistentConfig) -> int:
 
 
 def schedule(cfg: MoEConfig, pc: PersistentConfig) -> Schedule:
-    """The work items of one call of layer ``cfg`` with knobs ``pc``."""
+    """The work items of one call of layer ``cfg`` with knobs ``pc`` (the Gluon kernel's combine items take
+    :func:`gluon_combine_cols` columns each)."""
     chunks = cfg.hidden // _route_cols(cfg, pc)
     return Schedule.of(
         cfg, block_m=pc.block_m, n1_tiles=cfg.intermediate // pc.block_n1, n2_tiles=cfg.hidden // pc.block_n2,
         route_items=cdiv(cfg.max_tokens, pc.route_tokens) * chunks, dispatch_rows=pc.dispatch_rows,
         combine_rows=pc.combine_rows, reduce_rows=pc.reduce_rows,
+        combine_chunks=cfg.hidden // gluon_combine_cols(cfg) if pc.gluon else 1,
     )  # fmt: skip
 
 
@@ -421,7 +423,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         K_P2=next_pow2(cfg.top_k), E_LOC=cfg.local_experts, EL_P2=next_pow2(cfg.local_experts),
         GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens,
         ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows,
-        BLOCK_HC=gluon_combine_cols(cfg),
+        COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
         FP8=fp8,

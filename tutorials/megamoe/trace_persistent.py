@@ -32,22 +32,34 @@ from .persistent_launch import knob_overrides
 START, READY, END, SM = range(len(TRACE_FIELDS))
 
 
+def tile_order(m_tiles: int, n_tiles: int, group_m: int, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pid_m, pid_n) of every item of a GEMM region over ``m_tiles`` x ``n_tiles`` tiles in the kernels' order:
+    ``kernels._chunked_tile_of``'s, ``chunk`` N tiles at a time (``kernels._tile_of``'s where ``chunk`` is
+    ``n_tiles``)."""
+    idx = np.arange(m_tiles * n_tiles)
+    local = idx % max(m_tiles * chunk, 1)
+    per_group = group_m * chunk
+    first_m = local // per_group * group_m
+    size = np.maximum(np.minimum(m_tiles - first_m, group_m), 1)
+    return first_m + local % per_group % size, local % per_group // size + idx // max(m_tiles * chunk, 1) * chunk
+
+
 def gemm_item_rows(layout: np.ndarray, schedule: Schedule, block_m: int, group_m: int) -> dict[str, np.ndarray]:
     """The pairs in each GEMM item's M tile, per GEMM region (``l1``, ``l2``; 0 past the call's M tiles),
     from a call's ``layout`` buffer (``persistent._layout_item``: the pairs per local expert at [1, 1 +
     ``schedule.local_experts_p2``), 0 for the padding), its experts' tiles taken BLOCK_M pairs at a time
-    and the items in ``kernels._tile_of``'s order (N tiles per region: the schedule's items per M tile)."""
+    and the items in ``kernels._tile_of``'s order (N tiles per region: the schedule's items per M tile), L2's
+    a combine chunk of N tiles at a time where the schedule has several (``schedule.combine_chunks``)."""
     counts = [int(c) for c in layout[1 : 1 + schedule.local_experts_p2]]
     rows = np.array([min(block_m, c - j * block_m) for c in counts for j in range(-(-c // block_m))], dtype=np.int64)
     out = {}
     for region in ("l1", "l2"):
         items = getattr(schedule, region)
         n = items // schedule.m_tiles
-        idx = np.arange(items)
-        per_group = group_m * n
-        first_m = idx // per_group * group_m
-        pid_m = first_m + (idx % per_group) % np.maximum(np.minimum(len(rows) - first_m, group_m), 1)
-        out[region] = np.where(idx < len(rows) * n, rows[np.minimum(pid_m, max(len(rows) - 1, 0))], 0)
+        chunk = n // schedule.combine_chunks if region == "l2" else n
+        pid_m = np.zeros(items, dtype=np.int64)
+        pid_m[: len(rows) * n] = tile_order(len(rows), n, group_m, chunk)[0]
+        out[region] = np.where(np.arange(items) < len(rows) * n, rows[np.minimum(pid_m, max(len(rows) - 1, 0))], 0)
     return out
 
 
