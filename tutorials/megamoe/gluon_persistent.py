@@ -377,6 +377,15 @@ def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H: gl.constexpr,
 
 
 @gluon.jit
+def _pick(values, r: gl.constexpr, k: gl.constexpr):
+    """Element [r, k] of ``values``, a tensor every lane holds whole: a register once the compiler folds the
+    masks, where a tensor spread over the lanes takes a reduction across them per pick."""
+    rr = gl.arange(0, values.shape[0], layout=gl.SliceLayout(1, values.type.layout))
+    kk = gl.arange(0, values.shape[1], layout=gl.SliceLayout(0, values.type.layout))
+    return gl.sum(gl.sum(gl.where((rr[:, None] == r) & (kk[None, :] == k), values, 0), axis=1), axis=0)
+
+
+@gluon.jit
 def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms, step, K: gl.constexpr,
                   K_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr,
                   COMBINE_BLOCKS: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
@@ -387,26 +396,31 @@ def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms,
     BOXES: gl.constexpr = y_desc.block_type.shape[1]
     CHUNK_TILES: gl.constexpr = BOXES  # L2 N tiles (256 columns each) in a chunk
     L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
-    V: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    L: gl.constexpr = gl.BlockedLayout([COMBINE_ROWS, K_P2], [1, 32], [1, 1], [1, 0])  # every pair in every lane
     sched = _buffer(table, SCHED, gl.int32)
     chunk = idx // COMBINE_BLOCKS
     t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
+    # the item's pair positions in one load (dispatch is done), in flight during the wait: with a load per
+    # token before its stage's loads, 4-token items took 4.5 us on the H200
+    rr = gl.arange(0, COMBINE_ROWS, layout=gl.SliceLayout(1, L))
+    kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+    at = (t0 + rr).to(gl.int64)[:, None] * K + kk[None, :]
+    pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=(rr < tokens)[:, None] & (kk < K)[None, :], other=0,
+                  cache_modifier=".cg")  # fmt: skip
     # every M tile's L2 tiles of the chunk, each counted by both consumers (the combine waited for dispatch,
     # so the layout's M tile count is there)
     n_mt = gl.load(_buffer(table, LAYOUT, gl.int32), cache_modifier=".cg")
-    zero = moe_wait_async(sched + L2_DONE + chunk, PARTS * CHUNK_TILES * n_mt, WAIT_L2, me, wait_ms)
-    kk = gl.arange(0, K_P2, layout=V)
-    for r in range(tokens):
-        at = (t0 + r).to(gl.int64) * K + kk + zero
-        pos = gl.load(_buffer(table, INV_POS, gl.int32) + at, mask=kk < K, other=-1, cache_modifier=".cg")
-        s = step % STAGES
-        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
-        bar = ready.index(s)
-        mbarrier.expect(bar, K * y_desc.block_type.nbytes)
-        rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
-        for k in gl.static_range(K):
-            _tma_load(y_desc, [gl.sum(gl.where(kk == k, pos, 0), axis=0), chunk * BOXES, 0], bar, rows.slice(k, 1))
-        step += 1
+    moe_wait_async(sched + L2_DONE + chunk, PARTS * CHUNK_TILES * n_mt, WAIT_L2, me, wait_ms)
+    for r in gl.static_range(COMBINE_ROWS):
+        if r < tokens:
+            s = step % STAGES
+            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, K * y_desc.block_type.nbytes)
+            rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
+            for k in gl.static_range(K):
+                _tma_load(y_desc, [_pick(pos, r, k), chunk * BOXES, 0], bar, rows.slice(k, 1))
+            step += 1
     return step
 
 
@@ -424,6 +438,7 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
     ROWS: gl.constexpr = x_desc.block_type.shape[0]
     BOXES: gl.constexpr = x_desc.block_type.shape[1]
     L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [1, 1], [1, 0])  # a pair a lane
+    EVERY: gl.constexpr = gl.BlockedLayout([ROWS, K_P2], [1, 32], [1, 1], [1, 0])  # every pair in every lane
     t0 = idx * ROWS
     s = step % STAGES
     mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
@@ -450,11 +465,11 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
     gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
     tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
     mbarrier.wait(bar, (step // STAGES) & 1)  # the rows have landed
+    places = gl.convert_layout(pos, EVERY)
     for r in gl.static_range(ROWS):
         if t0 + r < n:
             for k in gl.static_range(K):
-                place = gl.sum(gl.sum(gl.where((rr[:, None] == r) & (kk[None, :] == k), pos, 0), axis=1), axis=0)
-                _tma_store(pair_desc, [place, 0, 0], rows_smem.slice(r, 1))
+                _tma_store(pair_desc, [_pick(places, r, k), 0, 0], rows_smem.slice(r, 1))
     moe_bulk_stores_done()
     _barrier()  # the rows and pairs placed, by every thread, before the counts
     moe_fence_gpu()
@@ -702,17 +717,18 @@ def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, ready, empty, t
     L: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     cols = (idx // COMBINE_BLOCKS * BLOCK_HC + gl.arange(0, BOXES, layout=gl.SliceLayout(1, L))[:, None] * 256
             + gl.arange(0, 256, layout=gl.SliceLayout(0, L))[None, :])  # fmt: skip
+    kk = gl.arange(0, K_P2, layout=gl.BlockedLayout([1], [32], [4], [0]))
     t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
     for r in range(tokens):
         if r % PARTS == part:
             t = (t0 + r).to(gl.int64)
-            w_row = _buffer(table, RECV_W, gl.float32) + t * K
+            w = gl.load(_buffer(table, RECV_W, gl.float32) + t * K + kk, mask=kk < K, other=0.0)  # before the wait
             s = step % STAGES
             mbarrier.wait(ready.index(s), (step // STAGES) & 1)
             rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
             acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
             for k in gl.static_range(K):  # the pairs in order
-                acc += gl.load(w_row + k) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
+                acc += gl.sum(gl.where(kk == k, w, 0.0), axis=0) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
             _barrier()  # every warp's reads of the stage before it is handed back
             mbarrier.arrive(empty.index(s), count=1)
             gl.store(y_ptr + t * H + cols, acc.to(gl.bfloat16))
