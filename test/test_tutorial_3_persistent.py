@@ -445,6 +445,40 @@ def test_trace_summary_sets_apart_the_gemm_items_started_after_dispatch():
     assert "settled_items" not in summarize(trace, schedule(cfg, choose_persistent(cfg)))["regions"]["l1"]
 
 
+def test_trace_summary_reports_each_column_chunk_l2_end_and_combine_span():
+    """Two M tiles, so 32 L2 items, 8 a chunk (4 of the 16 N tiles each): chunk c's last L2 item ends at
+    10 + c us and its combine items run from 20 + c to 21 + c us, chunk 3's not at all."""
+    import numpy as np
+
+    from tutorials.megamoe.trace_persistent import format_summary, gemm_item_rows, summarize
+
+    pc = choose_persistent(PRODUCTION)
+    sch = schedule(PRODUCTION, pc)
+    s = sch.starts()
+    layout = np.zeros(sch.layout_words, dtype=np.int32)
+    layout[1:3] = [128, 60]
+    rows = gemm_item_rows(layout, sch, pc.block_m, pc.group_m)
+    trace = np.zeros((s["N_ITEMS"], len(persistent.TRACE_FIELDS)), dtype=np.int64)
+    base = 1_000_000
+    trace[0] = [base, 0, base + 1000, 0]
+    blocks = sch.combine // 4
+    for c in range(4):
+        first = s["L2_START"] + 8 * c
+        trace[first : first + 8] = [base + 2000, base + 2000, base + 9000 + 1000 * c, 1]
+        trace[first + 3, 2] = base + 10_000 + 1000 * c
+        if c < 3:
+            trace[s["COMBINE_START"] + c * blocks : s["COMBINE_START"] + (c + 1) * blocks] = [
+                base + 20_000 + 1000 * c, 0, base + 20_500 + 1000 * c, 2]  # fmt: skip
+            trace[s["COMBINE_START"] + c * blocks + 1, 2] = base + 21_000 + 1000 * c
+    out = summarize(trace, sch, rows, pc.block_m)
+    assert out["chunks"] == [{"chunk": c, "l2_done_us": 10.0 + c, "combine_first_us": 20.0 + c,
+                              "combine_last_us": 21.0 + c} for c in range(3)] + [
+        {"chunk": 3, "l2_done_us": 13.0, "combine_first_us": 0.0, "combine_last_us": 0.0}]  # fmt: skip
+    line = "combine chunk 1: its L2 tiles done at 11.0 us, its combine items from 21.0 to 22.0 us"
+    assert line in format_summary(out)
+    assert "chunks" not in summarize(trace, sch)  # without the layout's rows the chunks' L2 items are unknown
+
+
 def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
     """Experts of 130, 0, 5 and 128 pairs make M tiles of 128, 2, 5 and 128 pairs; L1's items (12 N tiles)
     walk them in groups of 8 M tiles, M fastest inside: pairs 128, 2, 5, 128, then the next N tile."""

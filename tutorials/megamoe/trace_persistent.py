@@ -96,7 +96,8 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     ``tail_mean_rows``, the full tiles' ``full_mean_item_us`` and ``full_mean_wait_us``, and ``idle_items``:
     items taken past the call's M tiles, which only end the region. The GEMM regions also report their items
     that started once the last dispatch item had ended (``settled_items``, ``settled_mean_item_us``,
-    ``settled_mean_wait_us``): the region's means mix them with the first items, which wait for dispatch."""
+    ``settled_mean_wait_us``): the region's means mix them with the first items, which wait for dispatch.
+    With ``item_rows`` and combine items of a column chunk each, ``chunks``: :func:`_combine_chunks`."""
     ran = _ran(trace, "summarize")
     t0, t_end = trace[ran, START].min(), trace[ran, END].max()
     starts = schedule.starts()
@@ -137,7 +138,31 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     span_us = float((t_end - t0) / 1e3)
     sms = int(len(np.unique(trace[ran, SM])))
     busy = sum(r["busy_us"] for r in regions.values())
-    return {"span_us": span_us, "sms": sms, "busy_fraction": busy / (span_us * sms), "regions": regions}
+    out = {"span_us": span_us, "sms": sms, "busy_fraction": busy / (span_us * sms), "regions": regions}
+    if item_rows is not None and "l2" in item_rows and schedule.combine_chunks > 1:
+        out["chunks"] = _combine_chunks(trace, schedule, int((item_rows["l2"] > 0).sum()), t0)
+    return out
+
+
+def _combine_chunks(trace: np.ndarray, schedule: Schedule, l2_items: int, t0: int) -> list[dict[str, float]]:
+    """Per column chunk of a call whose combine items take one chunk each (``schedule.combine_chunks``), in us
+    from ``t0``: when its last L2 item ended (``l2_done_us``; the call's ``l2_items`` L2 items a chunk at a
+    time) and when its first combine item started and its last ended (``combine_first_us``,
+    ``combine_last_us``; 0.0 where none ran): how far each chunk's combine overlaps the later chunks' L2."""
+    starts = schedule.starts()
+    l2 = trace[starts["L2_START"] : starts["L2_START"] + l2_items]
+    combine = trace[starts["COMBINE_START"] : starts["COMBINE_START"] + schedule.combine]
+    out = []
+    for c, (tiles, items) in enumerate(zip(np.array_split(l2, schedule.combine_chunks),
+                                           np.array_split(combine, schedule.combine_chunks), strict=True)):  # fmt: skip
+        ran = items[:, END] > 0
+        out.append({
+            "chunk": c,
+            "l2_done_us": float((tiles[:, END].max() - t0) / 1e3) if (tiles[:, END] > 0).any() else 0.0,
+            "combine_first_us": float((items[ran, START].min() - t0) / 1e3) if ran.any() else 0.0,
+            "combine_last_us": float((items[ran, END].max() - t0) / 1e3) if ran.any() else 0.0,
+        })  # fmt: skip
+    return out
 
 
 def item_times(trace: np.ndarray, schedule: Schedule) -> dict[str, list[list[float]]]:
@@ -191,6 +216,9 @@ def format_summary(summary: dict) -> list[str]:
                          f"on average): {r['tail_mean_item_us']:.2f} us each ({r['tail_mean_wait_us']:.2f} waiting); "
                          f"full tiles {r['full_mean_item_us']:.2f} us ({r['full_mean_wait_us']:.2f} waiting); "
                          f"{r['idle_items']} past the call's M tiles")  # fmt: skip
+    for c in summary.get("chunks", []):
+        lines.append(f"combine chunk {c['chunk']}: its L2 tiles done at {c['l2_done_us']:.1f} us, its combine items "
+                     f"from {c['combine_first_us']:.1f} to {c['combine_last_us']:.1f} us")  # fmt: skip
     return lines
 
 
