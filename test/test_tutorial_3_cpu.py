@@ -132,6 +132,29 @@ def test_route_matches_topk_softmax():
     assert route(tied, 3)[0].tolist() == [[0, 1, 2], [0, 1, 2]]  # ties go to the lower id
 
 
+@pytest.mark.parametrize(("t", "k", "e"), [(512, 8, 16), (50, 3, 7), (4, 8, 8)])
+def test_make_inputs_routings_route_as_named(t, k, e):
+    """``make_inputs``' routings, through the reference router: "balanced" gives every expert t * k / e pairs
+    (within one), each token k distinct experts; "skewed" makes expert seed % e every token's first choice;
+    "crowded" sends every token to experts 0 .. k - 1; an unknown routing, or "balanced" without top_k, is
+    refused naming the cause."""
+    from tutorials.megamoe.megamoe import make_inputs
+
+    cpu = torch.device("cpu")
+    ids, _ = route(make_inputs(t, 64, e, "balanced", 5, cpu, top_k=k)[1], k)
+    per_expert = torch.bincount(ids.flatten().long(), minlength=e)
+    assert int(per_expert.max() - per_expert.min()) <= 1 and int(per_expert.sum()) == t * k
+    assert all(len(set(row)) == k for row in ids.tolist())
+    ids, _ = route(make_inputs(t, 64, e, "skewed", 5, cpu)[1], k)
+    assert bool((ids[:, 0] == 5 % e).all())
+    ids, _ = route(make_inputs(t, 64, e, "crowded", 5, cpu, top_k=k)[1], k)
+    assert torch.equal(ids.sort(dim=1).values, torch.arange(k, dtype=torch.int32).expand(t, k))
+    with pytest.raises(ValueError, match="routing 'sorted' is not one of"):
+        make_inputs(t, 64, e, "sorted", 5, cpu)
+    with pytest.raises(ValueError, match="balanced routing needs 1 <= top_k <= e"):
+        make_inputs(t, 64, e, "balanced", 5, cpu)
+
+
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_send_plan_dedups_and_loses_nothing(world):
     e_loc, k, t = 3, 4, 50

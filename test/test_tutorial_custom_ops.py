@@ -233,5 +233,5 @@ def test_megamoe_compiled_matches_eager_at_world_1():
     dev = torch.device("cuda", torch.cuda.current_device())
     w1, w2 = make_weights(256, 128, 8, 0, dev)
     with MegaMoE(256, 128, 8, 2, 64, w1, w2) as layer:
-        x, logits = make_inputs(48, 256, 8, False, 1, dev)
+        x, logits = make_inputs(48, 256, 8, "random", 1, dev)
         assert_compiled_matches_eager(MegaMoEModule(layer), x, logits)

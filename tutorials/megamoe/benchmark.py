@@ -5,7 +5,8 @@ Layers, side by side in one run (``--impls``, default ``launches``): the call as
 ``megamoe_fused_gemms_graph``, ``grouped_gemms_fused``) and as one persistent launch (rows
 ``persistent_*``; ``--knob NAME=VALUE`` sets its ``PersistentConfig`` fields for a sweep, and each
 ``--variant LABEL:NAME=VALUE,...`` adds a persistent layer with those fields over them, rows
-``persistent_LABEL_*``). Each routing of ``--routing`` (random, or one hot expert) gets fresh inputs, its
+``persistent_LABEL_*``). Each routing of ``--routing`` (random; skewed: one hot expert; balanced: the
+same pairs for every expert, so no partial M tile where that is a multiple of it) gets fresh inputs, its
 own rows and its own JSON.
 
 Baselines, in the same run: at world 1 the torch bf16 per-expert loop (``reference.reference_bf16``);
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experts", type=int, default=16, help="experts in total (world 1: all local)")
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512, help="tokens per rank")
-    parser.add_argument("--routing", nargs="+", default=["random"], choices=["random", "skewed"],
+    parser.add_argument("--routing", nargs="+", default=["random"], choices=["random", "skewed", "balanced"],
                         help="random logits, or one hot expert (each: its own inputs, rows and JSON)")  # fmt: skip
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"], help="expert GEMM operands")
     parser.add_argument("--impls", nargs="+", default=["launches"], choices=IMPLS,
@@ -308,7 +309,7 @@ def _bench_routing(
     h, i, e, k, t = args.hidden, args.intermediate, args.experts, args.top_k, args.tokens
     first = args.impls[0]
     layer = layers[first]
-    x, logits = make_inputs(t, h, e, routing == "skewed", 100 + me, dev)
+    x, logits = make_inputs(t, h, e, routing, 100 + me, dev, top_k=k)
     outputs = {name: torch.empty_like(x) for name in layers}
     for name, each in layers.items():
         each(x, logits, out=outputs[name])
@@ -388,6 +389,7 @@ def _bench_routing(
             "tokens": t,
             "world": world,
             "skewed": routing == "skewed",
+            "routing": routing,
             "pairs": pairs,
         },
         "tiles": layer.tiles.__dict__ if layer.tiles else None,

@@ -395,13 +395,29 @@ def block_gains(shape: tuple[int, ...], seed: int, device: torch.device) -> torc
     return coarse.repeat_interleave(128, -2)[..., :r, :].repeat_interleave(128, -1)[..., :c]
 
 
-def make_inputs(t: int, h: int, e: int, skewed: bool, seed: int, device: torch.device):
-    """Fresh tokens and float32 logits; ``skewed`` makes expert (seed % e) every token's first choice."""
+ROUTINGS = ("random", "skewed", "balanced", "crowded")  # how make_inputs' logits route the tokens
+
+
+def make_inputs(t: int, h: int, e: int, routing: str, seed: int, device: torch.device, top_k: int = 0):
+    """Fresh tokens [t, h] and float32 logits [t, e] for ``routing`` (:data:`ROUTINGS`; "balanced" and
+    "crowded" need ``top_k``). Logits are normal noise, and a routing lifts some of them by 20, above any
+    noise: "random" none; "skewed" expert (seed % e), every token's first choice; "balanced" token i's
+    experts (i * top_k + j) % e for j < top_k, so that each expert gets t * top_k / e pairs (within one);
+    "crowded" experts 0 .. top_k - 1 for every token (the others get no pair)."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"make_inputs: routing {routing!r} is not one of {ROUTINGS}")
+    if routing in ("balanced", "crowded") and not 1 <= top_k <= e:
+        raise ValueError(f"make_inputs: {routing} routing needs 1 <= top_k <= e ({e}), got top_k={top_k}")
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(t, h, generator=g, device=device).to(torch.bfloat16)
     logits = torch.randn(t, e, generator=g, device=device)
-    if skewed:
+    if routing == "skewed":
         logits[:, seed % e] += 20.0
+    elif routing == "balanced":
+        chosen = (torch.arange(t, device=device)[:, None] * top_k + torch.arange(top_k, device=device)) % e
+        logits.scatter_add_(1, chosen, torch.full_like(chosen, 20.0, dtype=logits.dtype))
+    elif routing == "crowded":
+        logits[:, :top_k] += 20.0
     return x, logits
 
 
@@ -485,8 +501,6 @@ def plan_errors(
     return errors
 
 
-ROUTINGS = ("random", "skewed", "crowded")
-
 
 def check_case(
     case: tuple[int, int, int, int, int],
@@ -500,8 +514,9 @@ def check_case(
 ) -> dict:
     """Build a layer for ``case``, run ``iters`` calls with fresh inputs, check each; the result row.
 
-    ``routing`` (:data:`ROUTINGS`): "random"; "skewed", one expert every token's first choice
-    (:func:`make_inputs`); "crowded", every token's top-k the same k experts (the others get no pair).
+    ``routing``: one of :data:`ROUTINGS` (:func:`make_inputs`): "random"; "skewed", one expert every
+    token's first choice; "balanced", the same pairs for every expert; "crowded", every token's top-k the
+    same k experts (the others get no pair).
     ``gemm_programs``: as MegaMoE's; the work counters of the persistent launch must be back at zero
     after every call. ``impl``: as MegaMoE's; "persistent" also gives the last rank no tokens in the
     second call (at world 1 the call has none) and checks after every call that the kernel's counters are
@@ -546,9 +561,7 @@ def check_case(
             t = t_max - (it * 7 + me) % max(1, t_max // 4)  # ranks and calls differ in token count
             if impl == "persistent" and it == 1 and me == world - 1:
                 t = 0  # a rank without tokens still serves its experts (at world 1: a call without any)
-            x, logits = make_inputs(t, h, e, routing == "skewed", seed * 1000 + it * 10 + me, dev)
-            if routing == "crowded":
-                logits[:, :k] += 20.0
+            x, logits = make_inputs(t, h, e, routing, seed * 1000 + it * 10 + me, dev, top_k=k)
             if fp8:
                 x = (x.float() * block_gains((1, h), seed + 3, dev)).to(torch.bfloat16)
             layer.poison()

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--precision", default="fp8", choices=["bf16", "fp8"])
-    parser.add_argument("--routing", default="random", choices=["random", "skewed"])
+    parser.add_argument("--routing", default="random", choices=["random", "skewed", "balanced"])
     parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
                         metavar=("H", "I", "E", "K", "T"))  # fmt: skip
     parser.add_argument("--seconds", type=float, default=3.0, help="replay time per row")
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.device("cuda", torch.cuda.current_device())
     cfg = MoEConfig(h, i, e, k, t, 1, args.precision)
     w1, w2 = make_weights(h, i, e, 5, dev)
-    x, logits = make_inputs(t, h, e, args.routing == "skewed", 100, dev)
+    x, logits = make_inputs(t, h, e, args.routing, 100, dev, top_k=k)
     idle = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit",
                            "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
     print(f"idle: {idle}", flush=True)

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
-    parser.add_argument("--routing", default="random", choices=["random", "skewed"])
+    parser.add_argument("--routing", default="random", choices=["random", "skewed", "balanced"])
     parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
                         metavar=("H", "I", "E", "K", "T"))  # fmt: skip
     parser.add_argument("--config", action="append", default=None,
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     h, i, e, k, t = args.shape
     cfg = MoEConfig(h, i, e, k, t, 1, args.precision)
     w1, w2 = make_weights(h, i, e, 5, dev)
-    x, logits = make_inputs(t, h, e, args.routing == "skewed", 100, dev)
+    x, logits = make_inputs(t, h, e, args.routing, 100, dev, top_k=k)
     results = []
     for text in args.config or [""]:
         pc = dataclasses.replace(persistent_config(cfg, _config(text)), trace=True)
