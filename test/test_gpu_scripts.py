@@ -93,6 +93,8 @@ def test_t3_persistent_reports_the_graph_rows_and_the_goal(tmp_path):
              "of_dense_ceiling": {"persistent_graph": 0.54}}  # fmt: skip
     (tmp_path / "benchmark_fp8").mkdir()
     (tmp_path / "benchmark_fp8" / "t.json").write_text(json.dumps(bench))
+    balanced = {**bench, "shape": {"skewed": False, "routing": "balanced"}, "goal": None}
+    (tmp_path / "benchmark_fp8" / "u.json").write_text(json.dumps(balanced))
     suite = suites.t3_persistent(1)
     assert [s.name for s in suite.steps][:4] == ["w1_bf16", "w1_fp8", "benchmark_bf16", "benchmark_fp8"]
     assert sum(s.timeout_s for s in suite.steps) <= suite.budget_s <= 540
@@ -100,6 +102,7 @@ def test_t3_persistent_reports_the_graph_rows_and_the_goal(tmp_path):
     assert lines[1] == ("T3 fp8 random: megamoe_graph 341.0 us, persistent_graph 185.0 us (54% of dense); "
                         "goal <= 200 us: MET")  # fmt: skip
     assert extra["rows"][0]["graph_us"] == {"megamoe_graph": 341.0, "persistent_graph": 185.0}
+    assert lines[2].startswith("T3 fp8 balanced: megamoe_graph 341.0 us") and "goal" not in lines[2]
 
 
 def test_every_tutorial_runs_its_suite_through_the_runner():

@@ -241,8 +241,8 @@ def t3(gpus: int) -> Suite:
 
 def t3_persistent(gpus: int) -> Suite:
     """Tutorial 3 with ``impl="persistent"`` (one launch per call) on one GPU: correctness at world 1 (small
-    shapes and the production per-rank load, bf16 and fp8, random, skewed and crowded routing, three calls
-    back to back, the second without tokens), the benchmark of
+    shapes and the production per-rank load, bf16 and fp8, random, skewed, balanced and crowded routing,
+    three calls back to back, the second without tokens), the benchmark of
     both impls side by side at the production load (random and skewed routing, CUDA graphs, torch's
     grouped and dense GEMMs as ceilings; GOAL_MISSED when the persistent graph misses its goal), then 2
     and 4 PEs sharing the GPU (a rank without tokens in the second call). Knobs for a sweep:
@@ -251,7 +251,8 @@ def t3_persistent(gpus: int) -> Suite:
     knobs = [arg for knob in os.environ.get("T3_KNOBS", "").split() for arg in ("--knob", knob)]
     bench = ("python3", "-m", f"{T3}.benchmark", "--impls", "launches", "persistent", "--routing", "random",
              "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
-    w1_routing = ("--routing", "random", "skewed", "crowded")  # the H200 ran them in 23 s (bf16) and 30 s (fp8)
+    # random, skewed and crowded took 23 s (bf16) and 30 s (fp8) on the H200; balanced, 15 s and 23 s on an H100
+    w1_routing = ("--routing", "random", "skewed", "balanced", "crowded")
     return Suite("t3_persistent", [
         Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", *w1_routing, "--json", "{dir}/correct.json"), 70),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", *w1_routing, "--json",
@@ -347,7 +348,7 @@ def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str]
     for path in sorted([*(out / "benchmark_bf16").glob("*.json"), *(out / "benchmark_fp8").glob("*.json")]):
         if not (d := _load(path)):
             continue
-        routing = "skewed" if d["shape"]["skewed"] else "random"
+        routing = d["shape"].get("routing") or ("skewed" if d["shape"]["skewed"] else "random")
         dense, goal = d.get("of_dense_ceiling", {}), d.get("goal")
         graphs = {n.removesuffix("_ms"): ms * 1e3 for n, ms in d["times_ms"].items() if n.endswith("_graph_ms")}
         rows.append({"precision": d["precision"], "routing": routing, "graph_us": graphs, "of_dense_ceiling": dense,
