@@ -70,7 +70,7 @@ from ..common.timing import percentile, rank_max
 from .config import MoEConfig
 from .ep_baseline import dispatch_compute_combine, experts_for, plan
 from .gemm_baselines import dense_gemms, grouped_gemms
-from .megamoe import IMPLS, TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
+from .megamoe import IMPLS, TIMED_ROUTINGS, TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
 from .persistent_launch import knob_overrides, persistent_config
 from .reference import reference, reference_bf16
 
@@ -222,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experts", type=int, default=16, help="experts in total (world 1: all local)")
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=512, help="tokens per rank")
-    parser.add_argument("--routing", nargs="+", default=["random"], choices=["random", "skewed", "balanced"],
-                        help="random logits, or one hot expert (each: its own inputs, rows and JSON)")  # fmt: skip
+    parser.add_argument("--routing", nargs="+", default=["random"], choices=TIMED_ROUTINGS,
+                        help="random logits, one hot expert, or every expert the same pairs (each: its own inputs, "
+                             "rows and JSON)")  # fmt: skip
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"], help="expert GEMM operands")
     parser.add_argument("--impls", nargs="+", default=["launches"], choices=IMPLS,
                         help="MegaMoE impls timed side by side (the first one's rows are the layer's)")  # fmt: skip

@@ -95,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     from .benchmark import _graph
     from .config import MoEConfig
     from .gemm_baselines import dense_gemms
-    from .megamoe import MegaMoE, make_inputs, make_weights
+    from .megamoe import TIMED_ROUTINGS, MegaMoE, make_inputs, make_weights
     from .persistent_launch import persistent_config
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--precision", default="fp8", choices=["bf16", "fp8"])
-    parser.add_argument("--routing", default="random", choices=["random", "skewed", "balanced"])
+    parser.add_argument("--routing", default="random", choices=TIMED_ROUTINGS)
     parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
                         metavar=("H", "I", "E", "K", "T"))  # fmt: skip
     parser.add_argument("--seconds", type=float, default=3.0, help="replay time per row")

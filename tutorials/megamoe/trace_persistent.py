@@ -240,12 +240,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..common.run_metadata import run_metadata
     from .config import MoEConfig
-    from .megamoe import MegaMoE, make_inputs, make_weights
+    from .megamoe import TIMED_ROUTINGS, MegaMoE, make_inputs, make_weights
     from .persistent_launch import persistent_config
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--precision", default="bf16", choices=["bf16", "fp8"])
-    parser.add_argument("--routing", default="random", choices=["random", "skewed", "balanced"])
+    parser.add_argument("--routing", default="random", choices=TIMED_ROUTINGS)
     parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
                         metavar=("H", "I", "E", "K", "T"))  # fmt: skip
     parser.add_argument("--config", action="append", default=None,
