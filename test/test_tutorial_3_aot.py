@@ -260,7 +260,8 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
     signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
                  "a_scale": "*fp32", "b_scale": "*fp32", "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40}
+    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40,
+                  "SCALED": True}  # fmt: skip
     compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
     ptx = compiled.asm["ptx"]
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
@@ -278,6 +279,32 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
         following = ops[i + 1 :]
         beside = following[: next((j for j, op in enumerate(following) if op != "FMUL"), len(following))]
         assert len(beside) >= 64 * 128 // 128 - 2, following
+
+
+def test_gluon_scaled_tiles_without_scales_run_the_bf16_k_loop(tmp_path):
+    """``gluon_scaled_tiles`` without scales (bf16, ``SCALED`` off) compiles for sm_90 with bf16 wgmma on four
+    TMA stages and the persistent kernel's bf16 K loop: per four K blocks each consumer waits three times with
+    a K block's pair of wgmmas in flight and once for all; no spills, no wgmma serialized (C75xx)."""
+    from conftest import aot, ptxas_report, sass
+    from triton.experimental.gluon import language as gl
+
+    from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
+
+    desc = f"tensordesc<bf16[128, 64],{gl.NVMMASharedLayout.get_default_for([128, 64], gl.bfloat16)!r}>"
+    c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
+    signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
+                 "a_scale": "*bf16", "b_scale": "*bf16", "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
+    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40,
+                  "SCALED": False}  # fmt: skip
+    compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
+    ptx = compiled.asm["ptx"]
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16", ptx)
+    assert "e4m3" not in ptx
+    assert_no_spills(ptx, tmp_path)
+    report = ptxas_report(ptx, tmp_path)
+    assert not re.search(r"\(C75\d\d\)", report), report
+    waits = re.findall(r"\bWARPGROUP\.DEPBAR\.LE gsb0, 0x(\d)", sass(compiled.asm["cubin"], tmp_path))
+    assert sorted(set(waits)) == ["0", "2"] and waits.count("2") == 3 * waits.count("0"), waits
 
 
 @pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])

@@ -430,15 +430,18 @@ def test_an_output_at_a_misaligned_address_is_refused_with_the_rule():
 @pytest.mark.parametrize(("m", "n", "k", "stages"), [(128, 256, 320, 4), (128, 256, 384, 4), (64, 256, 256, 4),
                                                     (128, 128, 256, 4), (128, 256, 256, 1),
                                                     (128, 256, 256, 5)])  # fmt: skip
-def test_gluon_scaled_tiles_refuse_what_they_do_not_tile(m, n, k, stages):
-    """``gluon_scaled_tiles.scaled_tiles_call`` names the rule (whole 128 x 256 tiles, whole pairs of K
-    blocks, two to four stages) before any descriptor or launch, rather than reading past K, waiting on a
-    stage no load fills (a consumer holds one stage while it waits for the next) or failing to allocate
-    more shared memory than an SM has."""
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+def test_gluon_scaled_tiles_refuse_what_they_do_not_tile(m, n, k, stages, dtype):
+    """``gluon_scaled_tiles.scaled_tiles_call`` names the rule (whole 128 x 256 tiles, whole K steps: two
+    fp8 K blocks of 128 or four bf16 ones of 64, two to four stages) before any descriptor or launch, rather
+    than reading past K, waiting on a stage no load fills (a consumer holds one stage while it waits for the
+    next) or failing to allocate more shared memory than an SM has."""
     from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles_call
 
-    a, b = torch.empty(m, k, dtype=torch.float8_e4m3fn), torch.empty(n, k, dtype=torch.float8_e4m3fn)
+    a, b = torch.empty(m, k, dtype=dtype), torch.empty(n, k, dtype=dtype)
     a_s, b_s, c = torch.empty(m, k // 128), torch.empty(n // 128, k // 128), torch.empty(m, n, dtype=torch.bfloat16)
+    if dtype == torch.bfloat16:
+        a_s = b_s = None
     rule = rf"M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages \(got M={m}, N={n}, K={k}, stages={stages}\)"
     with pytest.raises(ValueError, match=rule):
         scaled_tiles_call(a, b, a_s, b_s, c, programs=132, stages=stages)

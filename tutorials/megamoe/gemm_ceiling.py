@@ -21,6 +21,8 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
 * ``halves`` (fp8): ``plain`` as two 128-column dots without scales (the scaled tile's shape alone);
 * ``gluon`` (fp8): the scaled tile in Gluon, warp-specialized: a loader warp and two consumer warpgroups
   of 64 rows each, one's rescale beside the other's wgmma, the output stored by TMA (``gluon_scaled_tiles``);
+* ``gluon`` (bf16): the same Gluon tile without scales, with the persistent kernel's bf16 K loop (4 K blocks of
+  64 an iteration, drained before the back edge);
 * ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16).
 
 Each variant but ``noload`` is checked against a float32 matmul of the same operands. Prints a table
@@ -254,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="folder for gemm_ceiling.json")
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4])
     variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "wide", "fresh", "prefetch64x2", "noload", "gluon"],
-                "bf16": ["plain"]}  # fmt: skip
-    parser.add_argument("--only", nargs="+", default=None, choices=variants["fp8"],
+                "bf16": ["plain", "gluon"]}  # fmt: skip
+    parser.add_argument("--only", nargs="+", default=None, choices=sorted({*variants["fp8"], *variants["bf16"]}),
                         help="time only these variants (and cuBLAS)")  # fmt: skip
     args = parser.parse_args(argv)
     sms = torch.cuda.get_device_properties(0).multi_processor_count

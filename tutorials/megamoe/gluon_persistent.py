@@ -103,11 +103,11 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _tma_load, _tma_store
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -774,35 +774,6 @@ def _h_out_bf16(gate, up, h_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr):
     """silu(gate) * up of a consumer's rows as bf16 into h's 128 columns of N tile ``pid_n``
     (``persistent._l1_tile_bf16``'s values); rows past the expert's are not stored."""
     _block_out(moe_swiglu(gate, up).to(gl.bfloat16), h_ptr, offs_m, row_end, pid_n * QBLOCK, INTER)
-
-
-@gluon.jit
-def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.constexpr, STAGES: gl.constexpr,
-                 mma: gl.constexpr):  # fmt: skip
-    """A consumer's rows (``ROW0`` of the stages' A rows on) of one bf16 tile over KB K blocks (a multiple of
-    BURST) from ``step`` on: (lo, hi, next step). BURST K blocks a loop iteration, their wgmmas issued as
-    their stages land, each stage released once the wgmmas that read it are done; the last BURST drains
-    before the back edge (no wgmma in flight across it: ptxas serialized every wgmma of a kernel that
-    left one, ``triton_version.serializes_wgmma_in_flight_across_loops``), while the other consumer's
-    wgmmas keep the tensor cores busy."""
-    BURST: gl.constexpr = 4
-    HALF: gl.constexpr = lo_bufs.shape[1]
-    acc_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    acc_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    for _ in range(0, KB, BURST):
-        for j in gl.static_range(BURST):
-            s = (step + j) % STAGES
-            mbarrier.wait(ready.index(s), ((step + j) // STAGES) & 1)
-            a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
-            acc_lo = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), acc_lo, is_async=True)
-            acc_hi = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), acc_hi, is_async=True)
-            if j > 0:  # the block before is done: its stage goes back
-                acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=2, deps=(acc_lo, acc_hi))
-                mbarrier.arrive(empty.index((step + j - 1) % STAGES), count=1)
-        acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
-        mbarrier.arrive(empty.index((step + BURST - 1) % STAGES), count=1)
-        step += BURST
-    return acc_lo, acc_hi, step
 
 
 @gluon.jit

@@ -42,6 +42,10 @@ specialization (both warpgroups in step, waits placed as above, a CTA barrier pe
 faster than Triton's step (41.2-42.1); one K block per consumer step instead of two, 37.1 before the
 TMA stores (36.4 with two); scales loaded an iteration ahead, no change. Triton 3.6 to 3.9 compile it
 with no wgmma serialized.
+
+Without scales (bf16 A and B, ``SCALED`` off) the tile runs the persistent kernel's bf16 K loop
+(``_k_loop_bf16``), so that loop can be timed on dense matrices too: on an H100 (Triton 3.6) 53.3 us per
+tile per SM at L1's shape and 20.7-21.0 at L2's, cuBLAS's time (53.1-53.7 and 21.1-21.2).
 """
 
 from __future__ import annotations
@@ -167,6 +171,36 @@ def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_ro
 
 
 @gluon.jit
+def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.constexpr, STAGES: gl.constexpr,
+                 mma: gl.constexpr):  # fmt: skip
+    """A consumer's rows (``ROW0`` of the stages' A rows on) of one bf16 tile over KB K blocks (a multiple of
+    BURST) from ``step`` on: (lo, hi, next step). BURST K blocks a loop iteration, their wgmmas issued as
+    their stages land, each stage released once the wgmmas that read it are done; the last BURST drains
+    before the back edge (no wgmma in flight across it: ptxas serialized every wgmma of a kernel that
+    left one, ``triton_version.serializes_wgmma_in_flight_across_loops``), while the other consumer's
+    wgmmas keep the tensor cores busy. On dense matrices the drains cost nothing measurable: 8 K blocks an
+    iteration, or one with its wgmmas in flight across the back edge (Triton 3.6), took the same time."""
+    BURST: gl.constexpr = 4
+    HALF: gl.constexpr = lo_bufs.shape[1]
+    acc_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    acc_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    for _ in range(0, KB, BURST):
+        for j in gl.static_range(BURST):
+            s = (step + j) % STAGES
+            mbarrier.wait(ready.index(s), ((step + j) // STAGES) & 1)
+            a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
+            acc_lo = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), acc_lo, is_async=True)
+            acc_hi = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), acc_hi, is_async=True)
+            if j > 0:  # the block before is done: its stage goes back
+                acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=2, deps=(acc_lo, acc_hi))
+                mbarrier.arrive(empty.index((step + j - 1) % STAGES), count=1)
+        acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
+        mbarrier.arrive(empty.index((step + BURST - 1) % STAGES), count=1)
+        step += BURST
+    return acc_lo, acc_hi, step
+
+
+@gluon.jit
 def _store(c_desc, c_buf, acc, row, col):
     """acc as bf16 into C at (row, col) through ``c_buf`` by TMA, once the buffer's last store has read it."""
     tma.store_wait(0)
@@ -177,7 +211,8 @@ def _store(c_desc, c_buf, acc, row, col):
 
 @gluon.jit
 def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_scale, M, N, K, ROW0: gl.constexpr,
-              NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+              NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+              SCALED: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of each of this program's tiles, both 128-column halves, stored as bf16 through
     ``c_buf`` (this consumer's own) by TMA. A store is waited for only when the buffer is needed again, so
     the next tile's wgmmas start while the last half drains."""
@@ -185,7 +220,8 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
     BLOCK_M: gl.constexpr = a_bufs.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
     HALF: gl.constexpr = lo_bufs.shape[1]
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, HALF, 32 if SCALED else 16])  # fmt: skip
     rows_layout: gl.constexpr = gl.SliceLayout(1, mma)
     tiles_m = M // BLOCK_M
     tiles_n = N // (2 * HALF)
@@ -193,10 +229,13 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
     step = 0
     for tile in range(gl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS):
         m0, n0 = _tile_origin(tile, tiles_m, tiles_n, GROUP_M, BLOCK_M, 2 * HALF)
-        offs_m = m0 + ROW0 + gl.arange(0, ROWS, layout=rows_layout)
-        lo_row = b_scale + (n0 // HALF) * KB
-        acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale + offs_m * KB, offs_m < M,
-                                       lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
+        if SCALED:
+            offs_m = m0 + ROW0 + gl.arange(0, ROWS, layout=rows_layout)
+            lo_row = b_scale + (n0 // HALF) * KB
+            acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale + offs_m * KB, offs_m < M,
+                                           lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
+        else:
+            acc_lo, acc_hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0, STAGES, mma)
         _store(c_desc, c_buf, acc_lo, m0 + ROW0, n0)
         _store(c_desc, c_buf, acc_hi, m0 + ROW0, n0 + HALF)
     tma.store_wait(0)
@@ -205,14 +244,15 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
 @gluon.jit
 def scaled_tiles(
     a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, SCALED: gl.constexpr,
 ):  # fmt: skip
     """C [M, N] (bf16) = the block-scaled A [M, K] @ B [N, K]^T, a [128, 2 x 128] tile at a time (from the
     descriptors' [128, 128] blocks; C through ``c_desc``'s [64, 128] blocks), tiles handed out round-robin to
     NUM_PROGRAMS programs. Launched with 4 warps: the first consumer; a second consumer and the loader (1
     warp) are worker partitions with CONSUMER_REGS and LOADER_REGS registers per thread. M and N are
     multiples of the tile, K of 256 (two K blocks per step of a consumer's loop), STAGES 2 to 4 (48 KB
-    each, beside the consumers' two 16 KB store buffers)."""
+    each, beside the consumers' two 16 KB store buffers). SCALED off: bf16 A and B in [128, 64] blocks, no
+    scales (``a_scale`` and ``b_scale`` are not read), the persistent kernel's bf16 K loop (``_k_loop_bf16``)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     HALF: gl.constexpr = b_desc.block_type.shape[0]
@@ -228,35 +268,39 @@ def scaled_tiles(
         mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
     gl.warp_specialize([
         (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_bufs.index(0), a_scale, b_scale, M, N, K, 0,
-                     NUM_PROGRAMS, GROUP_M, STAGES)),
+                     NUM_PROGRAMS, GROUP_M, STAGES, SCALED)),
         (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_bufs.index(1), a_scale, b_scale, M, N, K,
-                     CONSUMER_ROWS, NUM_PROGRAMS, GROUP_M, STAGES)),
+                     CONSUMER_ROWS, NUM_PROGRAMS, GROUP_M, STAGES, SCALED)),
         (_loader, (a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, M, N, K, NUM_PROGRAMS, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
 
 
 def scaled_tiles_call(
-    a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, c: torch.Tensor, programs: int,
-    stages: int = 4, group_m: int = 8,
+    a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, c: torch.Tensor,
+    programs: int, stages: int = 4, group_m: int = 8,
 ) -> Callable[[], None]:  # fmt: skip
     """A callable that computes c = the block-scaled a @ b^T with :func:`scaled_tiles` on min(programs, tiles)
     programs, each time it is called. a [M, K] and b [N, K] e4m3, a_scale [M, K / 128] and b_scale
-    [N / 128, K / 128] float32, c [M, N] bf16."""
+    [N / 128, K / 128] float32, c [M, N] bf16; or a and b bf16 without scales (None)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     (m, k), n = a.shape, b.shape[0]
-    if m % 128 or n % 256 or k % 256 or not 2 <= stages <= 4:
+    scaled = a.dtype != torch.bfloat16
+    if m % 128 or n % 256 or k % 256 or not 2 <= stages <= 4:  # fp8: two K blocks of 128 a step; bf16: four of 64
         raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages (got M={m}, "
                          f"N={n}, K={k}, stages={stages})")  # fmt: skip
-    layout = gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)
-    a_desc = TensorDescriptor.from_tensor(a, [128, 128], layout)
-    b_desc = TensorDescriptor.from_tensor(b, [128, 128], layout)
+    block = [128, 128 if scaled else 64]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv if scaled else gl.bfloat16)
+    a_desc = TensorDescriptor.from_tensor(a, block, layout)
+    b_desc = TensorDescriptor.from_tensor(b, block, layout)
     c_desc = TensorDescriptor.from_tensor(c, [64, 128], gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16))
     grid = (min(programs, (m // 128) * (n // 256)),)
+    if not scaled:
+        a_scale = b_scale = c  # not read
 
     def run() -> None:
         # 232 registers per consumer thread hold its two 64 x 128 accumulators; the loader needs few
         scaled_tiles[grid](a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_PROGRAMS=grid[0], GROUP_M=group_m,
-                           STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4)  # fmt: skip
+                           STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, SCALED=scaled, num_warps=4)  # fmt: skip
 
     return run
