@@ -243,6 +243,25 @@ def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
     assert_no_spills_in_wgmma_loops(compiled.asm["cubin"], tmp_path)
 
 
+def _gluon_scaled_tiles(scaled: bool):
+    """``gluon_scaled_tiles.scaled_tiles`` compiled for sm_90 as ``scaled_tiles_call`` launches it: fp8 A and
+    B in [128, 128] blocks with float32 scales (``scaled``), or bf16 in [128, 64] blocks without."""
+    from conftest import aot
+    from triton.experimental.gluon import language as gl
+
+    from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
+
+    dtype, name, block = (gl.float8e4nv, "fp8e4nv", [128, 128]) if scaled else (gl.bfloat16, "bf16", [128, 64])
+    desc = f"tensordesc<{name}[{block[0]}, {block[1]}],{gl.NVMMASharedLayout.get_default_for(block, dtype)!r}>"
+    c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
+    scale = "*fp32" if scaled else "*bf16"  # without scales the call passes C, which the kernel does not read
+    signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
+                 "a_scale": scale, "b_scale": scale, "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
+    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40,
+                  "SCALED": scaled}  # fmt: skip
+    return aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
+
+
 def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     """``gluon_scaled_tiles`` (the warp-specialized fp8 tile) compiles for sm_90 with fp8 wgmma on four TMA
     stages, its partitions' registers reallocated (setmaxnreg: the consumers' accumulators fit); ptxas
@@ -251,18 +270,9 @@ def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
     and each such wait is followed, before the next wait, by the rescale that runs beside that wgmma: a
     multiply per accumulator register of a thread (64 x 128 / 128). Each consumer stores its tile's two
     halves by TMA (two bulk tensor stores each) from a store buffer of its own."""
-    from conftest import aot, ptxas_report, sass
-    from triton.experimental.gluon import language as gl
+    from conftest import ptxas_report, sass
 
-    from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
-
-    desc = f"tensordesc<fp8e4nv[128, 128],{gl.NVMMASharedLayout.get_default_for([128, 128], gl.float8e4nv)!r}>"
-    c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
-    signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
-                 "a_scale": "*fp32", "b_scale": "*fp32", "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40,
-                  "SCALED": True}  # fmt: skip
-    compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
+    compiled = _gluon_scaled_tiles(scaled=True)
     ptx = compiled.asm["ptx"]
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
     assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
@@ -285,18 +295,9 @@ def test_gluon_scaled_tiles_without_scales_run_the_bf16_k_loop(tmp_path):
     """``gluon_scaled_tiles`` without scales (bf16, ``SCALED`` off) compiles for sm_90 with bf16 wgmma on four
     TMA stages and the persistent kernel's bf16 K loop: per four K blocks each consumer waits three times with
     a K block's pair of wgmmas in flight and once for all; no spills, no wgmma serialized (C75xx)."""
-    from conftest import aot, ptxas_report, sass
-    from triton.experimental.gluon import language as gl
+    from conftest import ptxas_report, sass
 
-    from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
-
-    desc = f"tensordesc<bf16[128, 64],{gl.NVMMASharedLayout.get_default_for([128, 64], gl.bfloat16)!r}>"
-    c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
-    signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
-                 "a_scale": "*bf16", "b_scale": "*bf16", "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40,
-                  "SCALED": False}  # fmt: skip
-    compiled = aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
+    compiled = _gluon_scaled_tiles(scaled=False)
     ptx = compiled.asm["ptx"]
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16", ptx)
     assert "e4m3" not in ptx
