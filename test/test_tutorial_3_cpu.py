@@ -9,6 +9,7 @@ reference.
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -445,6 +446,24 @@ def test_gluon_scaled_tiles_refuse_what_they_do_not_tile(m, n, k, stages, dtype)
     rule = rf"M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages \(got M={m}, N={n}, K={k}, stages={stages}\)"
     with pytest.raises(ValueError, match=rule):
         scaled_tiles_call(a, b, a_s, b_s, c, programs=132, stages=stages)
+
+
+@pytest.mark.parametrize(("dtype", "with_scales", "got"), [
+    (torch.float16, False, "torch.float16 and torch.float16, scales None"),
+    (torch.float8_e4m3fn, False, "torch.float8_e4m3fn and torch.float8_e4m3fn, scales None"),
+    (torch.bfloat16, True, "torch.bfloat16 and torch.bfloat16, scales given"),
+])  # fmt: skip
+def test_gluon_scaled_tiles_refuse_operands_they_do_not_take(dtype, with_scales, got):
+    """``scaled_tiles_call`` takes e4m3 operands with their scales or bf16 ones without; any other dtype, or
+    scales missing or extra, is refused naming both forms and what it got, rather than compiled as the
+    other kind of tile."""
+    from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles_call
+
+    a, b, c = torch.empty(128, 256, dtype=dtype), torch.empty(256, 256, dtype=dtype), torch.empty(128, 256)
+    a_s, b_s = (torch.empty(128, 2), torch.empty(2, 2)) if with_scales else (None, None)
+    with pytest.raises(ValueError, match=re.escape("a and b both float8_e4m3fn with a_scale and b_scale, or both "
+                                                   f"bfloat16 without (None); got {got}")):  # fmt: skip
+        scaled_tiles_call(a, b, a_s, b_s, c, programs=132)
 
 
 def test_gemm_phase_counts_the_rows_of_each_m_tile():
