@@ -90,10 +90,13 @@ def bundle_env(env: dict[str, str], triton: Path | None, nvshmem: Path | None, r
     if triton is not None:
         _unpack(triton, root / "triton-bundle")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "triton-bundle"), env.get("PYTHONPATH")]))
-        # The bundle leaves out the Blackwell ptxas; Triton 3.9 looks it up even for sm_90, never runs it there.
+        # The bundle holds only the ptxas its Triton assembles sm_90 with (3.6-3.8: ptxas, 3.9: ptxas-blackwell);
+        # Triton resolves both names, so the missing one points at it.
         bin_dir = root / "triton-bundle" / "triton" / "backends" / "nvidia" / "bin"
-        if not (bin_dir / "ptxas-blackwell").exists():
-            env.setdefault("TRITON_PTXAS_BLACKWELL_PATH", str(bin_dir / "ptxas"))
+        for missing, present, variable in (("ptxas-blackwell", "ptxas", "TRITON_PTXAS_BLACKWELL_PATH"),
+                                           ("ptxas", "ptxas-blackwell", "TRITON_PTXAS_PATH")):  # fmt: skip
+            if not (bin_dir / missing).exists() and (bin_dir / present).exists():
+                env.setdefault(variable, str(bin_dir / present))
     if nvshmem is not None:
         home = root / "nvshmem-bundle"
         _unpack(nvshmem, home)
