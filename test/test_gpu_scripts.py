@@ -61,6 +61,28 @@ def test_a_triton_bundle_comes_before_the_installed_triton(tmp_path):
     assert done.returncode == 0 and "9.9.9-bundle" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize(("packed", "variable"), [("ptxas", "TRITON_PTXAS_BLACKWELL_PATH"),
+                                                 ("ptxas-blackwell", "TRITON_PTXAS_PATH")])  # fmt: skip
+def test_a_triton_bundle_points_the_ptxas_it_left_out_at_the_one_it_holds(tmp_path, packed, variable):
+    """A bundle holds the ptxas its Triton assembles sm_90 with (3.6-3.8: ptxas, 3.9: ptxas-blackwell); the other
+    name, which Triton resolves too, points at it, and an explicit setting is kept."""
+    from scripts.gpu.suite import bundle_env
+
+    bin_dir = tmp_path / "src" / "triton" / "backends" / "nvidia" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / packed).write_text("#!/bin/sh\n")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    with tarfile.open(bundle / "triton-rest.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "src" / "triton", arcname="triton")
+    env = bundle_env({}, bundle, None, tmp_path / "unpacked")
+    unpacked = tmp_path / "unpacked" / "triton-bundle" / "triton" / "backends" / "nvidia" / "bin" / packed
+    assert env[variable] == str(unpacked) and unpacked.is_file()
+    other = {"TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"} - {variable}
+    assert not other & env.keys(), "the ptxas the bundle holds keeps Triton's own lookup"
+    assert bundle_env({variable: "/opt/ptxas"}, bundle, None, tmp_path / "unpacked")[variable] == "/opt/ptxas"
+
+
 def test_every_suite_names_scripts_that_exist():
     names = {"core", "runtime", "t1", "t1_sweep", "t2", "t3", "t3_tune", "t3_persistent", "t3_trace", "t3_experts",
              "t3_gluon", "faults", "nvshmem", "multi_gpu", "serving", "launch_paths", "all", "tutorials"}  # fmt: skip
