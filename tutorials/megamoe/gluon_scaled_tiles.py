@@ -42,8 +42,9 @@ specialization (both warpgroups in step, waits placed as above, a CTA barrier pe
 faster than Triton's step (41.2-42.1); one K block per consumer step instead of two, 37.1 before the
 TMA stores (36.4 with two); scales loaded an iteration ahead, no change. Four K blocks a step, or each
 step's last rescale deferred beside the next step's first wgmma, took the tile from 32.3-32.5 to 30.8-31.3
-(12.5-12.9) on an H100, but left the persistent call's L1 items as they were or made them slower (the
-MegaMoE README), so the loop stays. Triton 3.6 to 3.9 compile it with no wgmma serialized.
+(12.5-12.9) on an H100 with ptxas 12.8 and 12.9 (with 13.4 only the deferred loop gained, 32.1 -> 31.7), but
+left the persistent call's L1 items as they were or made them slower (the MegaMoE README), so the loop
+stays. Triton 3.6 to 3.9 compile it with no wgmma serialized.
 
 Without scales (bf16 A and B, ``SCALED`` off) the tile runs the persistent kernel's bf16 K loop
 (``_k_loop_bf16``), so that loop can be timed on dense matrices too: on an H100 (Triton 3.6) 53.3 us per
