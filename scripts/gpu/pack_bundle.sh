@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Pack a Triton wheel or an NVSHMEM installation into a bundle for `python3 -m scripts.gpu.suite --triton-bundle`
 # / `--nvshmem-bundle` (any suite, or `exec -- COMMAND`), small enough to carry to the GPU machine
-# (64 MiB per call): Triton without the AMD backend's libraries and headers (its Python, which Triton
+# (64 MiB per call). Triton: without the AMD backend's libraries and headers (its Python, which Triton
 # imports, stays), CUPTI, the example plugins, the instrumentation test library, the MLIR headers, the
-# disassemblers and the ptxas it does not assemble sm_90 with (3.6-3.8 run
-# `ptxas`, 3.9 `ptxas-blackwell`; both would not fit), its libtriton.so stripped of debug info (488 -> 192 MB,
-# 41 MB with zstd at its highest level); NVSHMEM with its headers, host library, UID bootstrap, IBRC transport and the
-# sm_90 device bitcode.
-#   bash scripts/gpu/pack_bundle.sh triton triton-3.9.0-cp311-...whl .gpu-cache/triton-3.9.0
+# disassemblers and the ptxas it does not assemble sm_90 with (3.6-3.8 run `ptxas`, 3.9 `ptxas-blackwell`;
+# both would not fit), its libtriton.so stripped of debug info (488 -> 192 MB, 41 MB with zstd at its
+# highest level). NVSHMEM: its headers, host library, UID bootstrap, IBRC transport and the sm_90 device
+# bitcode.
+#   bash scripts/gpu/pack_bundle.sh triton triton-3.9.0-cp312-abi3-...whl .gpu-cache/triton-3.9.0  # the GPU machine runs Python 3.12
 #   bash scripts/gpu/pack_bundle.sh nvshmem /path/to/nvidia/nvshmem .gpu-cache/nvshmem-3.7.2
 set -euo pipefail
 kind=$1 source=$(realpath "$2") dest=$3
