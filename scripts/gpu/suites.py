@@ -246,18 +246,16 @@ def t3_persistent(gpus: int) -> Suite:
     both impls side by side at the production load (random and skewed routing, CUDA graphs, torch's
     grouped and dense GEMMs as ceilings; GOAL_MISSED when the persistent graph misses its goal), then 2
     and 4 PEs sharing the GPU, bf16 and fp8, every routing (a rank without tokens in the second call). Knobs
-    for a sweep:
-    ``T3_KNOBS="block_m=128 num_stages=3"`` reaches both benchmarks."""
-    megamoe = ("python3", "-m", f"{T3}.megamoe", "--impl", "persistent", "--iters", "3")
+    for a sweep: ``T3_KNOBS="block_m=128 num_stages=3"`` reaches both benchmarks."""
+    persistent = ("--impl", "persistent", "--iters", "3")
+    megamoe = ("python3", "-m", f"{T3}.megamoe", *persistent)
     knobs = [arg for knob in os.environ.get("T3_KNOBS", "").split() for arg in ("--knob", knob)]
     bench = ("python3", "-m", f"{T3}.benchmark", "--impls", "launches", "persistent", "--routing", "random",
              "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
-    # random, skewed and crowded took 23 s (bf16) and 30 s (fp8) on the H200; balanced, 15 s and 23 s on an H100
     every_routing = ("--routing", "random", "skewed", "balanced", "crowded")
-    shared = ("--impl", "persistent", "--iters", "3", "--cases", "small", *every_routing, "--json",
-              "{dir}/correct.json")  # fmt: skip
+    shared = (*persistent, "--cases", "small", *every_routing, "--json", "{dir}/correct.json")
     # on a fresh H100: w1 40 s (bf16) and 26 s (fp8), the benchmarks 27 and 25 s, every routing at world 2 47 s
-    # (bf16) and 25 s (fp8), at world 4 25 s each
+    # (bf16) and 25 s (fp8), at world 4 25 s each (the H200 took 23 and 30 s at world 1 without balanced)
     return Suite("t3_persistent", [
         Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", *every_routing, "--json", "{dir}/correct.json"), 70),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", *every_routing, "--json",
