@@ -289,11 +289,10 @@ def scaled_tiles_call(
 
     (m, k), n = a.shape, b.shape[0]
     scaled = a.dtype == torch.float8_e4m3fn
-    if a.dtype != b.dtype or a.dtype not in (torch.float8_e4m3fn, torch.bfloat16) or (
-            (a_scale is None or b_scale is None) if scaled else (a_scale is not None or b_scale is not None)):
+    given = (a_scale is not None, b_scale is not None)
+    if a.dtype != b.dtype or a.dtype not in (torch.float8_e4m3fn, torch.bfloat16) or given != (scaled, scaled):
         raise ValueError(f"scaled_tiles takes a and b both float8_e4m3fn with a_scale and b_scale, or both bfloat16 "
-                         f"without (None); got {a.dtype} and {b.dtype}, scales "
-                         f"{'given' if a_scale is not None or b_scale is not None else 'None'}")  # fmt: skip
+                         f"without (None); got {a.dtype} and {b.dtype}, scales {'given' if any(given) else 'None'}")
     if m % 128 or n % 256 or k % 256 or not 2 <= stages <= 4:  # fp8: two K blocks of 128 a step; bf16: four of 64
         raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages (got M={m}, "
                          f"N={n}, K={k}, stages={stages})")  # fmt: skip
