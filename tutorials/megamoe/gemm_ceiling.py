@@ -20,7 +20,9 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
   (its result is not checked);
 * ``halves`` (fp8): ``plain`` as two 128-column dots without scales (the scaled tile's shape alone);
 * ``gluon`` (fp8): the scaled tile in Gluon, warp-specialized: a loader warp and two consumer warpgroups
-  of 64 rows each, one's rescale beside the other's wgmma, the output stored by TMA (``gluon_scaled_tiles``);
+  of 64 rows each, each K block's product promoted into float32 sums beside the other consumer's wgmma,
+  the output stored by TMA (``gluon_scaled_tiles``); ``gluon_fast``: its sums kept in the tensor cores,
+  rescaled per K block (``fast_accum``);
 * ``gluon`` (bf16): the same Gluon tile without scales, with the persistent kernel's bf16 K loop (4 K blocks of
   64 an iteration, drained before the back edge);
 * ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16).
@@ -214,7 +216,7 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
             fn = lambda: torch.matmul(aq, bt)  # noqa: E731
         got = fn()  # fp8 requantized row-wise: compared loosely (a wrong call is off by O(1))
     else:
-        if variant != "gluon":
+        if not variant.startswith("gluon"):
             scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3, "wide": 2, "fresh": 2}.get(variant, 0)
             halves, wide, fresh = variant == "halves", variant == "wide", variant == "fresh"
             two_per_sm = variant == "prefetch64x2"
@@ -233,10 +235,10 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
                                   WIDE=wide, FRESH=fresh, num_warps=warps, num_stages=stages)  # fmt: skip
 
         try:
-            if variant == "gluon":  # a stage count or shape the tile refuses is the row's error too
+            if variant.startswith("gluon"):  # a stage count or shape the tile refuses is the row's error too
                 from .gluon_scaled_tiles import scaled_tiles_call
 
-                fn = scaled_tiles_call(aq, bq, a_s, b_s, c, programs, stages)
+                fn = scaled_tiles_call(aq, bq, a_s, b_s, c, programs, stages, fast_accum=variant == "gluon_fast")
             fn()
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a variant this Triton cannot build is reported, not fatal
@@ -255,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="folder for gemm_ceiling.json")
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4])
-    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "wide", "fresh", "prefetch64x2", "noload", "gluon"],
+    variants = {"fp8": ["plain", "halves", "scaled", "prefetch", "wide", "fresh", "prefetch64x2", "noload", "gluon",
+                        "gluon_fast"],
                 "bf16": ["plain", "gluon"]}  # fmt: skip
     parser.add_argument("--only", nargs="+", default=None, choices=sorted({*variants["fp8"], *variants["bf16"]}),
                         help="time only these variants (and cuBLAS)")  # fmt: skip

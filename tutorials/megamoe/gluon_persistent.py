@@ -107,7 +107,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _k_loop_fast, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -798,7 +798,8 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 @gluon.jit
 def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
                M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
-               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr,
+               FAST_ACCUM: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
     next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
     in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone."""
@@ -834,16 +835,24 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
     elif is_l2:
         hs_ptr = _buffer(table, H_SCALE, gl.float32)
         lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
-        lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
-                               lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
+        if FAST_ACCUM:
+            lo, hi, step = _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2,
+                                        row_ok, lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
+        else:
+            lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2,
+                                   row_ok, lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
         _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
     else:
         rows = gl.load(_buffer(table, SORTED_ROW, gl.int32) + offs_m, mask=row_ok, other=0,
                        cache_modifier=".cg").to(gl.int64)  # fmt: skip
         gate_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1  # gate's scales, then up's
-        gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty,
-                                 _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row, gate_row + KB1,
-                                 KB1, step, ROW0, STAGES, mma)  # fmt: skip
+        x_scale = _buffer(table, X_SCALE, gl.float32) + rows * KB1
+        if FAST_ACCUM:
+            gate, up, step = _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, x_scale, row_ok, gate_row,
+                                          gate_row + KB1, KB1, step, ROW0, STAGES, mma)  # fmt: skip
+        else:
+            gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, x_scale, row_ok, gate_row,
+                                     gate_row + KB1, KB1, step, ROW0, STAGES, mma)  # fmt: skip
         _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m, row_end,
                pid_n, INTER)  # fmt: skip
     _release(done)
@@ -862,7 +871,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -887,7 +896,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
-                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8)  # fmt: skip
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
@@ -909,7 +918,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -918,7 +927,8 @@ def moe_persistent_gluon(
     :data:`BUFFER_TABLE` (int64; bf16 leaves the scales' 0); logits, x and y change from call to call and are
     arguments. ``a_desc`` (a_sorted), ``h_desc``, ``w1_desc`` (K-major, interleaved gate / up blocks,
     ``persistent_launch.persistent_weights``), ``w2_desc`` (K-major): descriptors of [128, K step] boxes
-    (e4m3 [128, 128] or bf16 [128, 64]). H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). TRACE:
+    (e4m3 [128, 128] or bf16 [128, 64]). H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). FAST_ACCUM
+    (fp8): each GEMM's sums kept in the tensor cores, not promoted per K block (``gluon_scaled_tiles``). TRACE:
     each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. The last program to
     leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -942,12 +952,12 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8)),
+                     LANDED, TRACE, FP8, FAST_ACCUM)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8)),
+                     LANDED, TRACE, FP8, FAST_ACCUM)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,

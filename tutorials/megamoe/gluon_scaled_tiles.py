@@ -137,10 +137,39 @@ def _row_scales(a_row, row_ok, lo_row, hi_row, kb, KB):
 @gluon.jit
 def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0: gl.constexpr,
             STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
-    """A consumer's rows (``ROW0`` of the stages' A rows on) of one tile over KB (even) K blocks from ``step``
-    on, in the order of the module docstring: (lo, hi, next step), each accumulator the block-scaled sum
-    itself (its last ratio takes it to units of 1). ``a_row``: the rows' A scales (``row_ok``: the rows
-    that have them); ``lo_row`` / ``hi_row``: the B blocks'."""
+    """A consumer's rows (``ROW0`` of the stages' A rows on) of one tile over KB K blocks from ``step`` on:
+    (lo, hi, next step), the block-scaled sums. Each K block's product goes into a fresh accumulator (the
+    tensor cores sum 128 K values) that the CUDA cores scale and add to the float32 sum, lo then hi, as
+    DeepGEMM promotes it. ``a_row``: the rows' A scales (``row_ok``: the rows that have them); ``lo_row`` /
+    ``hi_row``: the B blocks'; each block's scales are loaded during the block before."""
+    HALF: gl.constexpr = lo_bufs.shape[1]
+    sum_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    sum_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    part = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    a_s, lo_s, hi_s = _row_scales(a_row, row_ok, lo_row, hi_row, 0, KB)
+    for kb in range(KB):
+        a_n, lo_n, hi_n = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
+        s = step % STAGES
+        mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+        a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
+        part = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
+        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+        sum_lo += part * gl.expand_dims(a_s * lo_s, 1)
+        part = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
+        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+        mbarrier.arrive(empty.index(s), count=1)
+        sum_hi += part * gl.expand_dims(a_s * hi_s, 1)
+        a_s, lo_s, hi_s = a_n, lo_n, hi_n
+        step += 1
+    return sum_lo, sum_hi, step
+
+
+@gluon.jit
+def _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
+                 ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+    """:func:`_k_loop`'s contract (KB even), with each accumulator's whole sum kept in the tensor cores:
+    in units of the scales of the K block its next wgmma adds (the last ratio takes it to units of 1), two
+    K blocks per iteration in the order of the module docstring."""
     HALF: gl.constexpr = lo_bufs.shape[1]
     acc_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
     acc_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
@@ -214,8 +243,8 @@ def _store(c_desc, c_buf, acc, row, col):
 
 @gluon.jit
 def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_scale, M, N, K, ROW0: gl.constexpr,
-              NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-              SCALED: gl.constexpr):  # fmt: skip
+              NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SCALED: gl.constexpr,
+              FAST_ACCUM: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of each of this program's tiles, both 128-column halves, stored as bf16 through
     ``c_buf`` (this consumer's own) by TMA. A store is waited for only when the buffer is needed again, so
     the next tile's wgmmas start while the last half drains."""
@@ -235,8 +264,13 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
         if SCALED:
             offs_m = m0 + ROW0 + gl.arange(0, ROWS, layout=rows_layout)
             lo_row = b_scale + (n0 // HALF) * KB
-            acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale + offs_m * KB, offs_m < M,
-                                           lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
+            a_row = a_scale + offs_m * KB
+            if FAST_ACCUM:
+                acc_lo, acc_hi, step = _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, offs_m < M, lo_row,
+                                                    lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
+            else:
+                acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, offs_m < M, lo_row,
+                                               lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
         else:
             acc_lo, acc_hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0, STAGES, mma)
         _store(c_desc, c_buf, acc_lo, m0 + ROW0, n0)
@@ -248,14 +282,16 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
 def scaled_tiles(
     a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, SCALED: gl.constexpr,
+    FAST_ACCUM: gl.constexpr = False,
 ):  # fmt: skip
     """C [M, N] (bf16) = the block-scaled A [M, K] @ B [N, K]^T, a [128, 2 x 128] tile at a time (from the
     descriptors' [128, 128] blocks; C through ``c_desc``'s [64, 128] blocks), tiles handed out round-robin to
     NUM_PROGRAMS programs. Launched with 4 warps: the first consumer; a second consumer and the loader (1
     warp) are worker partitions with CONSUMER_REGS and LOADER_REGS registers per thread. M and N are
-    multiples of the tile, K of 256 (two K blocks per step of a consumer's loop), STAGES 2 to 4 (48 KB
-    each, beside the consumers' two 16 KB store buffers). SCALED off: bf16 A and B in [128, 64] blocks, no
-    scales (``a_scale`` and ``b_scale`` are not read), the persistent kernel's bf16 K loop (``_k_loop_bf16``)."""
+    multiples of the tile, K of 256, STAGES 2 to 4 (48 KB each, beside the consumers' two 16 KB store
+    buffers). FAST_ACCUM: each sum kept in the tensor cores (:func:`_k_loop_fast`). SCALED off: bf16 A and B
+    in [128, 64] blocks, no scales (``a_scale`` and ``b_scale`` are not read), the persistent kernel's bf16 K
+    loop (``_k_loop_bf16``)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     HALF: gl.constexpr = b_desc.block_type.shape[0]
@@ -271,20 +307,21 @@ def scaled_tiles(
         mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
     gl.warp_specialize([
         (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_bufs.index(0), a_scale, b_scale, M, N, K, 0,
-                     NUM_PROGRAMS, GROUP_M, STAGES, SCALED)),
+                     NUM_PROGRAMS, GROUP_M, STAGES, SCALED, FAST_ACCUM)),
         (_consumer, (a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_bufs.index(1), a_scale, b_scale, M, N, K,
-                     CONSUMER_ROWS, NUM_PROGRAMS, GROUP_M, STAGES, SCALED)),
+                     CONSUMER_ROWS, NUM_PROGRAMS, GROUP_M, STAGES, SCALED, FAST_ACCUM)),
         (_loader, (a_desc, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, M, N, K, NUM_PROGRAMS, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
 
 
 def scaled_tiles_call(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, c: torch.Tensor,
-    programs: int, stages: int = 4, group_m: int = 8,
+    programs: int, stages: int = 4, group_m: int = 8, fast_accum: bool = False,
 ) -> Callable[[], None]:  # fmt: skip
     """A callable that computes c = the block-scaled a @ b^T with :func:`scaled_tiles` on min(programs, tiles)
     programs, each time it is called. a [M, K] and b [N, K] e4m3, a_scale [M, K / 128] and b_scale
-    [N / 128, K / 128] float32, c [M, N] bf16; or a and b bf16 without scales (None)."""
+    [N / 128, K / 128] float32, c [M, N] bf16; or a and b bf16 without scales (None). ``fast_accum`` (fp8):
+    the sums kept in the tensor cores, rescaled per K block, not promoted."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     (m, k), n = a.shape, b.shape[0]
@@ -293,7 +330,7 @@ def scaled_tiles_call(
     if a.dtype != b.dtype or a.dtype not in (torch.float8_e4m3fn, torch.bfloat16) or given != (scaled, scaled):
         raise ValueError(f"scaled_tiles takes a and b both float8_e4m3fn with a_scale and b_scale, or both bfloat16 "
                          f"without (None); got {a.dtype} and {b.dtype}, scales {'given' if any(given) else 'None'}")
-    if m % 128 or n % 256 or k % 256 or not 2 <= stages <= 4:  # fp8: two K blocks of 128 a step; bf16: four of 64
+    if m % 128 or n % 256 or k % 256 or not 2 <= stages <= 4:  # fast_accum: two K blocks a step; bf16: four of 64
         raise ValueError(f"scaled_tiles needs M % 128, N % 256 and K % 256 to be 0 and 2 to 4 stages (got M={m}, "
                          f"N={n}, K={k}, stages={stages})")  # fmt: skip
     block = [128, 128 if scaled else 64]
@@ -308,6 +345,7 @@ def scaled_tiles_call(
     def run() -> None:
         # 232 registers per consumer thread hold its two 64 x 128 accumulators; the loader needs few
         scaled_tiles[grid](a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_PROGRAMS=grid[0], GROUP_M=group_m,
-                           STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, SCALED=scaled, num_warps=4)  # fmt: skip
+                           STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, SCALED=scaled, FAST_ACCUM=fast_accum,
+                           num_warps=4)  # fmt: skip
 
     return run

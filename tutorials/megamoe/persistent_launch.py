@@ -47,7 +47,12 @@ class PersistentConfig:
     many such tiles nearly empty). ``gluon`` (world 1): the call runs as
     ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
     256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages, K-major weights;
-    :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on there).
+    :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on there). ``fast_accum``
+    (fp8, Gluon kernel): keep each GEMM tile's sums in the tensor cores, rescaled per K block, instead of
+    promoting each K block's product into float32 sums (1-2 % faster at the production load, 3x the error
+    from the quantization-aware reference there, and over the check's bound at H 7168). The Triton kernel
+    always keeps them in the tensor cores (``persistent._scaled_step``: its 128-row tiles have no registers
+    for a second accumulator).
     """
 
     block_m: int = 64
@@ -70,6 +75,7 @@ class PersistentConfig:
     trace: bool = False
     half_tail: bool = False
     gluon: bool = False
+    fast_accum: bool = False
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
@@ -83,7 +89,8 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
     Gluon kernel runs (128-row tiles at world 1, H and I multiples of 256), it unless ``gluon`` is False
     (the H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16,
     whose K-major copy of the weights it makes), with every GEMM operand through TMA, 4 stages, 4 slots
-    per dispatch item in fp8 and 2 in bf16 (twice the bytes a row), 4 tokens per combine item (an item takes
+    per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2 tokens
+    do not fit a stage's A buffer, as at H 7168), 4 tokens per combine item (an item takes
     one column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
@@ -99,8 +106,11 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
         else:
             pc = PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
                                   num_stages=3, tma_w2=False)  # fmt: skip
+    row_bytes = h * (1 if cfg.precision == "fp8" else 2)
+    dispatch_rows = next((n for n in (4, 2, 1) if n * row_bytes <= GLUON_STAGE_A_BYTES), 1)
     gluon_pc = dataclasses.replace(pc, gluon=True, block_n1=FP8_BLOCK, num_stages=4, tma_a=True, tma_w1=True,
-                                   tma_w2=True, half_tail=False, dispatch_rows=4 if cfg.precision == "fp8" else 2,
+                                   tma_w2=True, half_tail=False,
+                                   dispatch_rows=min(dispatch_rows, 4 if cfg.precision == "fp8" else 2),
                                    combine_rows=4)  # fmt: skip
     return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
 
@@ -154,7 +164,7 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
     row_bytes = h * (1 if cfg.precision == "fp8" else 2)
-    if pc.dispatch_rows * row_bytes > 16384:
+    if pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
         return (f"holds a dispatch item's token rows in one 16 KB stage buffer: dispatch_rows * hidden * the operand's "
                 f"bytes must be <= 16384, got {pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
     return None
@@ -394,13 +404,14 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
 
 
 GLUON_BF16_BLOCK_K = 64  # the Gluon kernel's bf16 K step: stages of 128-byte rows, as fp8's 128
+GLUON_STAGE_A_BYTES = 16384  # a stage's A buffer (128 rows of 128 bytes): dispatch and combine items use it too
 # Registers per thread of the Gluon kernel's second consumer (two 64 x 128 accumulators) and of its loader
 GLUON_CONSUMER_REGS, GLUON_LOADER_REGS = 232, 40
 
 
 def gluon_combine_cols(cfg: MoEConfig) -> int:
     """Columns of a token's pairs a Gluon combine stage holds: its K pair rows in one 16 KB A buffer."""
-    return row_block(cfg.hidden, 16384 // (2 * next_pow2(cfg.top_k)))
+    return row_block(cfg.hidden, GLUON_STAGE_A_BYTES // (2 * next_pow2(cfg.top_k)))
 
 
 def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> KernelLaunch:
@@ -426,7 +437,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
-        FP8=fp8,
+        FP8=fp8, FAST_ACCUM=pc.fast_accum,
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
