@@ -243,13 +243,14 @@ def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
     assert_no_spills_in_wgmma_loops(compiled.asm["cubin"], tmp_path)
 
 
-def _gluon_scaled_tiles(scaled: bool):
+def _gluon_scaled_tiles(scaled: bool, fast_accum: bool = False):
     """``gluon_scaled_tiles.scaled_tiles`` compiled for sm_90 as ``scaled_tiles_call`` launches it: fp8 A and
-    B in [128, 128] blocks with float32 scales (``scaled``), or bf16 in [128, 64] blocks without."""
+    B in [128, 128] blocks with float32 scales (``scaled``; ``fast_accum``: sums kept in the tensor cores), or
+    bf16 in [128, 64] blocks without."""
     from conftest import aot
     from triton.experimental.gluon import language as gl
 
-    from tutorials.megamoe.gluon_scaled_tiles import scaled_tiles
+    from tutorials.megamoe.gluon_scaled_tiles import consumer_regs, scaled_tiles
 
     dtype, name, block = (gl.float8e4nv, "fp8e4nv", [128, 128]) if scaled else (gl.bfloat16, "bf16", [128, 64])
     desc = f"tensordesc<{name}[{block[0]}, {block[1]}],{gl.NVMMASharedLayout.get_default_for(block, dtype)!r}>"
@@ -257,31 +258,53 @@ def _gluon_scaled_tiles(scaled: bool):
     scale = "*fp32" if scaled else "*bf16"  # without scales the call passes C, which the kernel does not read
     signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
                  "a_scale": scale, "b_scale": scale, "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": 232, "LOADER_REGS": 40,
-                  "SCALED": scaled}  # fmt: skip
+    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": consumer_regs(scaled, fast_accum),
+                  "LOADER_REGS": 40, "SCALED": scaled, "FAST_ACCUM": fast_accum}  # fmt: skip
     return aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
 
 
-def test_gluon_scaled_tiles_warp_specialize_and_rescale_beside_wgmma(tmp_path):
+def test_gluon_scaled_tiles_warp_specialize_and_promote_each_k_block(tmp_path):
     """``gluon_scaled_tiles`` (the warp-specialized fp8 tile) compiles for sm_90 with fp8 wgmma on four TMA
-    stages, its partitions' registers reallocated (setmaxnreg: the consumers' accumulators fit); ptxas
-    spills nothing and neither serializes its wgmmas nor adds waits (C75xx); in the SASS each consumer
-    waits three times per two K blocks with one wgmma left in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``),
-    and each such wait is followed, before the next wait, by the rescale that runs beside that wgmma: a
-    multiply per accumulator register of a thread (64 x 128 / 128). Each consumer stores its tile's two
-    halves by TMA (two bulk tensor stores each) from a store buffer of its own."""
-    from conftest import ptxas_report, sass
+    stages, its partitions' registers reallocated (setmaxnreg: the two float32 sums and the K block's
+    product fit); ptxas spills nothing inside the K loops (per-tile values around them) and neither
+    serializes its wgmmas nor adds waits (C75xx); in the
+    SASS each consumer waits for each K block's lo and hi products (``WARPGROUP.DEPBAR.LE gsb0, 0x0``, no
+    other kind of wait) and promotes each into its sum before its next wait: a fused multiply-add per
+    accumulator register of a thread (64 x 128 / 128), some of them beside its next wgmma. Each consumer
+    stores its tile's two halves by TMA (two bulk tensor stores each) from a store buffer of its own."""
+    from conftest import ptxas_report, sass, wgmma_loop_spills
 
     compiled = _gluon_scaled_tiles(scaled=True)
     ptx = compiled.asm["ptx"]
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
-    assert "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 \t248" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
     assert 4 * 3 * 128 * 128 + 2 * 64 * 128 * 2 <= compiled.metadata.shared <= SHARED_LIMIT
     report = ptxas_report(ptx, tmp_path)
-    assert_no_spills(ptx, tmp_path)
     assert not re.search(r"\(C75\d\d\)", report), report
     code = sass(compiled.asm["cubin"], tmp_path)
+    assert not wgmma_loop_spills(code.splitlines())
     assert len(re.findall(r"\bUTMASTG\.2D\b", code)) == 4, "two TMA stores per consumer"
+    ops = re.findall(r"\b(FFMA|QGMMA|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", code)
+    waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP")]
+    assert {ops[i] for i in waits} == {"WARPGROUP.DEPBAR.LE gsb0, 0x0"}, ops
+    assert len(waits) == 4, ops  # lo and hi, per consumer
+    for i, j in zip(waits, [*waits[1:], len(ops)], strict=True):
+        assert ops[i + 1 : j].count("FFMA") >= 64 * 128 // 128, ops[i + 1 : j]
+
+
+def test_gluon_scaled_tiles_fast_accum_rescales_beside_wgmma(tmp_path):
+    """``gluon_scaled_tiles`` with ``FAST_ACCUM`` (each sum kept in the tensor cores, rescaled per K block)
+    compiles for sm_90 with no spills and no wgmma serialized (C75xx); in the SASS each consumer waits three
+    times per two K blocks with one wgmma left in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``), and each such
+    wait is followed, before the next wait, by the rescale that runs beside that wgmma: a multiply per
+    accumulator register of a thread (64 x 128 / 128)."""
+    from conftest import ptxas_report, sass
+
+    compiled = _gluon_scaled_tiles(scaled=True, fast_accum=True)
+    ptx = compiled.asm["ptx"]
+    assert_no_spills(ptx, tmp_path)
+    assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
+    code = sass(compiled.asm["cubin"], tmp_path)
     ops = re.findall(r"\b(FMUL|WARPGROUP\.DEPBAR\.LE gsb0, 0x\d)", code)
     waits = [i for i, op in enumerate(ops) if op == "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
     assert len(waits) == 6, ops  # three per consumer
@@ -314,7 +337,7 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     fp8 and in bf16, compiles for sm_90 with four stages: fp8 / bf16 wgmma from the stages, registers
     reallocated per partition, shared memory within an SM's, the raw bounded waits, signal and SwiGLU inlined
     (no raw function left), no wgmma serialized and no wait added by ptxas (C75xx). fp8: each consumer's two K
-    loops (L1's, L2's) wait three times per two K blocks with one wgmma in flight; bf16: its one K loop
+    loops (L1's, L2's) wait for each K block's lo and hi products, none left in flight; bf16: its one K loop
     (L1's and L2's) three times per four K blocks with two (a K block's pair) in flight, then for all. In the
     K loops ptxas reloads at most one word from the stack (the shared memory base, kept there across the
     partitions' register reallocation), and nothing else: the buffers' addresses come from a table where
@@ -350,8 +373,8 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
     code = sass(compiled.asm["cubin"], tmp_path)
     waits = [int(n, 16) for n in re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d+)\b", code)]
-    if fp8:
-        assert waits.count(1) == 2 * 2 * 3
+    if fp8:  # per consumer and K loop: the lo and the hi product of a K block, each before it is promoted
+        assert waits == [0] * 2 * 2 * 2, waits
     else:
         assert (waits.count(2), waits.count(0), len(waits)) == (2 * 3, 2, 2 * 4)
     spills = wgmma_loop_spills(code.splitlines())

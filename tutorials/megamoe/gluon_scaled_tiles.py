@@ -282,7 +282,7 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
 def scaled_tiles(
     a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, SCALED: gl.constexpr,
-    FAST_ACCUM: gl.constexpr = False,
+    FAST_ACCUM: gl.constexpr,
 ):  # fmt: skip
     """C [M, N] (bf16) = the block-scaled A [M, K] @ B [N, K]^T, a [128, 2 x 128] tile at a time (from the
     descriptors' [128, 128] blocks; C through ``c_desc``'s [64, 128] blocks), tiles handed out round-robin to
@@ -314,6 +314,13 @@ def scaled_tiles(
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
 
 
+def consumer_regs(scaled: bool, fast_accum: bool) -> int:
+    """Registers per consumer thread (setmaxnreg) of :func:`scaled_tiles`: 248 for the promoted fp8 loop's two
+    64 x 128 sums and a K block's product (ptxas spilled inside the K loop at 232 and 240), 232 for two
+    accumulators (the loader keeps 40: 8 consumer warps at 248 and 1 loader warp fit the SM's 64K)."""
+    return 248 if scaled and not fast_accum else 232
+
+
 def scaled_tiles_call(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor | None, b_scale: torch.Tensor | None, c: torch.Tensor,
     programs: int, stages: int = 4, group_m: int = 8, fast_accum: bool = False,
@@ -343,9 +350,8 @@ def scaled_tiles_call(
         a_scale = b_scale = c  # not read
 
     def run() -> None:
-        # 232 registers per consumer thread hold its two 64 x 128 accumulators; the loader needs few
         scaled_tiles[grid](a_desc, b_desc, c_desc, a_scale, b_scale, m, n, k, NUM_PROGRAMS=grid[0], GROUP_M=group_m,
-                           STAGES=stages, CONSUMER_REGS=232, LOADER_REGS=40, SCALED=scaled, FAST_ACCUM=fast_accum,
-                           num_warps=4)  # fmt: skip
+                           STAGES=stages, CONSUMER_REGS=consumer_regs(scaled, fast_accum), LOADER_REGS=40,
+                           SCALED=scaled, FAST_ACCUM=fast_accum, num_warps=4)  # fmt: skip
 
     return run
