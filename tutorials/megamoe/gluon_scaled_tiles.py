@@ -1,31 +1,39 @@
 """The block-scaled fp8 tile in Gluon, warp-specialized: a loader warp and two independent consumers.
 
-Triton's pipeliner waits for every wgmma whose accumulator is read by anything but the next dot, so in
-the persistent layer's fp8 step (``persistent._scaled_step``) the tensor cores idle while a tile's
-accumulators are rescaled. Here a tile of 128 x 256 is split between two consumer warpgroups of 64 rows
-that share nothing but the loaded stages: while one rescales, the other's wgmma keeps the tensor cores
-busy. Within a consumer the tile's two 128-column halves (L1's gate and up, or L2's two output blocks)
-take turns, two K blocks per loop iteration, so that three of each four rescales run beside a wgmma of
-the same consumer::
+A tile of 128 x 256 is split between two consumer warpgroups of 64 rows that share nothing but the loaded
+stages, so that while one works on the CUDA cores the other's wgmma keeps the tensor cores busy. Within a
+consumer the tile's two 128-column halves (L1's gate and up, or L2's two output blocks) take turns. Each K
+block's product goes into a fresh accumulator, which the tensor cores sum over the block's 128 K values
+only, and the CUDA cores scale it and add it to the half's float32 sum (DeepGEMM's promotion)::
 
     loader (1 warp):  wait empty[s]; TMA A [128 rows], B lo, B hi -> stage s (ready[s] counts the bytes)
-    consumer c (4 warps, rows 64c .. 64c + 63), per two K blocks k, k + 1:
+    consumer c (4 warps, rows 64c .. 64c + 63), per K block k:
+        wait ready[k]; part = lo(k); wait; sum_lo += part * scales   (beside the other consumer's wgmmas)
+                       part = hi(k); wait; arrive empty[k]; sum_hi += part * scales
+    then, per 128-column half: wait for this consumer's last TMA store; half -> its store buffer; TMA store
+
+The tensor cores' fp8 accumulation is not float32: a sum kept in the wgmma accumulator over the whole K
+drifts from float32 as K grows. ``FAST_ACCUM`` keeps it there all the same (``_k_loop_fast``, as
+``persistent._scaled_step`` does in the Triton kernel, whose 128-row tiles have no registers for a second
+accumulator): each accumulator in units of the scales of the K block its next wgmma adds, two K blocks per
+loop iteration so that three of each four rescales run beside a wgmma of the same consumer::
+
+    per two K blocks k, k + 1:
         wait ready[k]; issue lo(k), hi(k)
         wait lo(k);             rescale lo      beside hi(k)
         wait ready[k + 1]; issue lo(k + 1)
         wait hi(k); arrive empty[k];  rescale hi      beside lo(k + 1); issue hi(k + 1)
         wait lo(k + 1);         rescale lo      beside hi(k + 1)
         wait hi(k + 1); arrive empty[k + 1]; rescale hi (beside the other consumer's wgmmas)
-    then, per 128-column half: wait for this consumer's last TMA store; half -> its store buffer; TMA store
 
+In MegaMoE's fp8 check that is 1-2 % faster at the production load, 3x the error from the
+quantization-aware reference there (1.35e-2 against 3.4-4.2e-3) and over the check's bound at H 7168.
 No wgmma is in flight across the loop's back edge: ptxas (Triton 3.6-3.9) could not tell a group issued
 in the iteration before from one issued in this one, and serialized every wgmma of the kernel (C7514)
 when a rescale waited for the older of the two.
 
-Each accumulator is kept in units of the scales of the K block its next wgmma adds, as in
-``_scaled_step`` (ratio = those scales over the next block's; 1 past the last block). A, B and the
-scales are ``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K (a_scale [M, K / 128]),
-B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]).
+A, B and the scales are ``gemm_ceiling``'s: A [M, K] e4m3 with one scale per row and 128 K (a_scale
+[M, K / 128]), B [N, K] e4m3 with one per 128 x 128 block (b_scale [N / 128, K / 128]).
 
 The output leaves through shared memory and TMA, not as stores from the wgmma layout (two bf16 per
 thread and row, 4-byte stores): those held each consumer for its tile's 64 x 256 values while the
@@ -33,18 +41,18 @@ tensor cores waited (the tile took 12 % longer at the L1 shape, 30 % at L2's). A
 last store only when it needs the buffer again, so a tile's last half drains beside the next tile's
 wgmmas.
 
-Measured on the H200 (Triton 3.6, ``gemm_ceiling``), us per tile per SM at the layer's L1 shape (L2's,
-K 1536): 32.6-33.1 (13.0-13.3) against 39.3-41.5 (15.3-16.4) for Triton's step with scales loaded ahead
-and 28.8 (12.1) for cuBLAS without block scales; with 4-byte stores from the wgmma layout it took
-36.3-36.8 (17.5-17.7), and its rescales switched off (timing only) 28.5 (11.9). Stages of 64 K columns
-(a scale block over two of them, 6 or 8 stages) were slower: 34.8-34.9 (14.1). A Gluon tile without warp
-specialization (both warpgroups in step, waits placed as above, a CTA barrier per two K blocks) was no
-faster than Triton's step (41.2-42.1); one K block per consumer step instead of two, 37.1 before the
-TMA stores (36.4 with two); scales loaded an iteration ahead, no change. Four K blocks a step, or each
-step's last rescale deferred beside the next step's first wgmma, took the tile from 32.3-32.5 to 30.8-31.3
-(12.5-12.9) on an H100 with ptxas 12.8 and 12.9 (with 13.4 only the deferred loop gained, 32.1 -> 31.7), but
-left the persistent call's L1 items as they were or made them slower (the MegaMoE README), so the loop
-stays. Triton 3.6 to 3.9 compile it with no wgmma serialized.
+Measured with ``FAST_ACCUM`` on the H200 (Triton 3.6, ``gemm_ceiling``), us per tile per SM at the layer's L1
+shape (L2's, K 1536): 32.6-33.1 (13.0-13.3) against 39.3-41.5 (15.3-16.4) for Triton's step with scales loaded
+ahead and 28.8 (12.1) for cuBLAS without block scales; with 4-byte stores from the wgmma layout it took
+36.3-36.8 (17.5-17.7), and its rescales switched off (timing only) 28.5 (11.9). Stages of 64 K columns (a
+scale block over two of them, 6 or 8 stages) were slower: 34.8-34.9 (14.1). A Gluon tile without warp
+specialization (both warpgroups in step, waits placed as above, a CTA barrier per two K blocks) was no faster
+than Triton's step (41.2-42.1); one K block per consumer step instead of two, 37.1 before the TMA stores (36.4
+with two); scales loaded an iteration ahead, no change. Four K blocks a step, or each step's last rescale
+deferred beside the next step's first wgmma, took the tile from 32.3-32.5 to 30.8-31.3 (12.5-12.9) on an H100
+with ptxas 12.8 and 12.9 (with 13.4 only the deferred loop gained, 32.1 -> 31.7), but left the persistent
+call's L1 items as they were or made them slower (the MegaMoE README), so the loop stays. Triton 3.6 to 3.9
+compile it with no wgmma serialized.
 
 Without scales (bf16 A and B, ``SCALED`` off) the tile runs the persistent kernel's bf16 K loop
 (``_k_loop_bf16``), so that loop can be timed on dense matrices too: on an H100 (Triton 3.6) 53.3 us per
