@@ -23,6 +23,8 @@ from tutorials.megamoe.megamoe import meta_bindings
 from tutorials.megamoe.persistent_launch import (
     PersistentConfig,
     choose_persistent,
+    gluon_misfit,
+    knob_overrides,
     persistent_buffers,
     persistent_config,
     persistent_launch,
@@ -320,6 +322,24 @@ def test_default_knobs():
         persistent_launch(fp8_cfg, persistent_config(fp8_cfg, {"gluon": True, "block_m": 64}), 132)
     fp8_small = choose_persistent(MoEConfig(256, 256, 4, 4, 33, precision="fp8"))
     assert (fp8_small.block_m, fp8_small.num_stages, fp8_small.tma_a) == (64, 3, False)
+    # the Gluon kernel promotes its fp8 sums per K block unless fast_accum, which reaches its launch
+    assert not fp8_gluon.fast_accum
+    assert persistent_launch(fp8_cfg, fp8_gluon, 132).constexprs["FAST_ACCUM"] is False
+    fast = persistent_config(fp8_cfg, knob_overrides(["fast_accum=1"]))
+    assert fast == dataclasses.replace(fp8_gluon, fast_accum=True)
+    assert persistent_launch(fp8_cfg, fast, 132).constexprs["FAST_ACCUM"] is True
+
+
+@pytest.mark.parametrize(("precision", "dispatch_rows"), [("fp8", 2), ("bf16", 1)])
+def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_rows):
+    """At H 7168 (the check's ``wide`` case) four fp8 tokens' rows (two bf16) exceed a stage's 16 KB A buffer:
+    the defaults take fewer tokens per dispatch item, so the Gluon kernel (which promotes its fp8 sums) still
+    runs the shape, not the Triton kernel."""
+    cfg = MoEConfig(7168, 2048, 16, 8, 512, precision=precision)
+    pc = choose_persistent(cfg)
+    assert pc.gluon and pc.dispatch_rows == dispatch_rows
+    assert gluon_misfit(cfg, pc) is None
+    assert gluon_misfit(cfg, dataclasses.replace(pc, dispatch_rows=2 * dispatch_rows)) is not None
 
 
 def test_wait_names_are_the_device_table():
@@ -571,7 +591,6 @@ def test_state_check_lets_only_a_peers_plan_flag_run_one_call_ahead():
 
 
 def test_knob_overrides_parse_the_sweeps_strings_and_refuse_others_naming_the_fields():
-    from tutorials.megamoe.persistent_launch import knob_overrides
     from tutorials.megamoe.trace_persistent import _config
 
     assert knob_overrides(["num_stages=4", "half_tail=1", "tma_w2=false"]) == {

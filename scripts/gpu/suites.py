@@ -254,8 +254,8 @@ def t3_persistent(gpus: int) -> Suite:
              "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
     every_routing = ("--routing", "random", "skewed", "balanced", "crowded")
     shared = (*persistent, "--cases", "small", *every_routing, "--json", "{dir}/correct.json")
-    # on a fresh H100: w1 40 s (bf16) and 26 s (fp8), the benchmarks 27 and 25 s, every routing at world 2 47 s
-    # (bf16) and 25 s (fp8), at world 4 25 s each (the H200 took 23 and 30 s at world 1 without balanced)
+    # on a fresh H100, before the H 7168 case: w1 40 s (bf16) and 26 s (fp8), the benchmarks 27 and 25 s, every
+    # routing at world 2 47 s (bf16) and 25 s (fp8), at world 4 25 s each (the H200: 23 and 30 s at world 1)
     return Suite("t3_persistent", [
         Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", "wide", *every_routing, "--json", "{dir}/correct.json"),
              100),
