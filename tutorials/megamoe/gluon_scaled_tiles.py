@@ -323,9 +323,11 @@ def scaled_tiles(
 
 
 def consumer_regs(scaled: bool, fast_accum: bool) -> int:
-    """Registers per consumer thread (setmaxnreg) of :func:`scaled_tiles`: 248 for the promoted fp8 loop's two
-    64 x 128 sums and a K block's product (ptxas spilled inside the K loop at 232 and 240), 232 for two
-    accumulators (the loader keeps 40: 8 consumer warps at 248 and 1 loader warp fit the SM's 64K)."""
+    """Registers per consumer thread (setmaxnreg) of :func:`scaled_tiles` and of the persistent MegaMoE
+    kernel's Gluon consumers: 248 for the promoted fp8 loop's two 64 x 128 sums and a K block's product
+    (at 232 ptxas 13.4 spilled inside this tile's K loop, and Triton 3.7's ptxas inside the persistent
+    kernel's), 232 for two accumulators. The loader keeps 40: 8 consumer warps at 248 and one loader warp
+    fit an SM's 64K registers."""
     return 248 if scaled and not fast_accum else 232
 
 

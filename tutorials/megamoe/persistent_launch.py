@@ -405,8 +405,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
 
 GLUON_BF16_BLOCK_K = 64  # the Gluon kernel's bf16 K step: stages of 128-byte rows, as fp8's 128
 GLUON_STAGE_A_BYTES = 16384  # a stage's A buffer (128 rows of 128 bytes): dispatch and combine items use it too
-# Registers per thread of the Gluon kernel's second consumer (two 64 x 128 accumulators) and of its loader
-GLUON_CONSUMER_REGS, GLUON_LOADER_REGS = 232, 40
+GLUON_LOADER_REGS = 40  # per thread of the Gluon kernel's loader; its consumers': gluon_scaled_tiles.consumer_regs
 
 
 def gluon_combine_cols(cfg: MoEConfig) -> int:
@@ -418,6 +417,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
     """The launch of one call at world 1 as ``gluon_persistent.moe_persistent_gluon`` (``pc.gluon``), named
     ``moe_persistent_gluon`` (fp8) or ``moe_persistent_gluon_bf16``."""
     from .gluon_persistent import moe_persistent_gluon
+    from .gluon_scaled_tiles import consumer_regs
 
     fp8 = cfg.precision == "fp8"
     sch = schedule(cfg, pc)
@@ -436,8 +436,8 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows,
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
-        STAGES=pc.num_stages, CONSUMER_REGS=GLUON_CONSUMER_REGS, LOADER_REGS=GLUON_LOADER_REGS, TRACE=pc.trace,
-        FP8=fp8, FAST_ACCUM=pc.fast_accum,
+        STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
+        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum,
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
