@@ -323,11 +323,12 @@ def scaled_tiles(
 
 
 def consumer_regs(scaled: bool, fast_accum: bool) -> int:
-    """Registers per consumer thread (setmaxnreg) of :func:`scaled_tiles` and of the persistent MegaMoE
-    kernel's Gluon consumers: 248 for the promoted fp8 loop's two 64 x 128 sums and a K block's product
-    (at 232 ptxas 13.4 spilled inside this tile's K loop, and Triton 3.7's ptxas inside the persistent
-    kernel's), 232 for two accumulators. The loader keeps 40: 8 consumer warps at 248 and one loader warp
-    fit an SM's 64K registers."""
+    """Registers per thread (setmaxnreg) of the second consumer of :func:`scaled_tiles` and of the persistent
+    MegaMoE kernel's Gluon program; Triton gives the first consumer (the default partition) what the 64K
+    registers leave beside it and the loader's warpgroup at 40: 464 minus this, rounded down to 8. 248
+    (216 for the first) for the promoted fp8 loop's two 64 x 128 sums and a K block's product: at 232 each
+    ptxas 13.4 spilled inside this tile's K loop and Triton 3.7's ptxas inside the persistent kernel's, at
+    240 more; 232 for both where a consumer holds two accumulators."""
     return 248 if scaled and not fast_accum else 232
 
 
