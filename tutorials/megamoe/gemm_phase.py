@@ -4,7 +4,8 @@ A persistent call (``impl="persistent"``, world 1) routes and dispatches the pro
 runs only its L1 and L2 items again (``item_begin`` = ``L1_START``, ``item_end`` = ``COMBINE_START``; the
 counters of the rows landed and of the layout restored before each launch, since the kernel's last program
 zeroes them), twice: with the Triton kernel and with the Gluon one (``gluon_persistent``, the ``gluon``
-knob). It checks that both write the same h, h scales and y_pair for every pair (poisoned before each),
+knob, with ``fast_accum``: the Triton kernel's sums in the tensor cores, not promoted per K block). It
+checks that both write the same h, h scales and y_pair for every pair (poisoned before each),
 then times each as a CUDA graph (including its few-word counter copy) beside the whole call, Triton's and
 Gluon's::
 
@@ -103,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     h, i, e, k, t = args.shape
     cfg = MoEConfig(h, i, e, k, t, 1, "fp8")
     pc = dataclasses.replace(choose_persistent(cfg, gluon=False), trace=args.trace)
-    gluon_pc = dataclasses.replace(choose_persistent(cfg), gluon=True, num_stages=args.stages, trace=args.trace)
+    # fast_accum: the Triton kernel's math (sums kept in the tensor cores), so that both write the same bytes
+    gluon_pc = dataclasses.replace(choose_persistent(cfg), gluon=True, num_stages=args.stages, trace=args.trace,
+                                   fast_accum=True)  # fmt: skip
     try:  # the Gluon kernel's rule (stages, tiles, the A rows in layout order), before the runtime starts
         persistent_launch(cfg, gluon_pc, 1)
     except ValueError as err:
