@@ -107,7 +107,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _k_loop_fast, _tma_load, _tma_store
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -835,24 +835,16 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
     elif is_l2:
         hs_ptr = _buffer(table, H_SCALE, gl.float32)
         lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
-        if FAST_ACCUM:
-            lo, hi, step = _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2,
-                                        row_ok, lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
-        else:
-            lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2,
-                                   row_ok, lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma)  # fmt: skip
+        lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
+                               lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma, FAST_ACCUM)  # fmt: skip
         _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
     else:
         rows = gl.load(_buffer(table, SORTED_ROW, gl.int32) + offs_m, mask=row_ok, other=0,
                        cache_modifier=".cg").to(gl.int64)  # fmt: skip
         gate_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1  # gate's scales, then up's
-        x_scale = _buffer(table, X_SCALE, gl.float32) + rows * KB1
-        if FAST_ACCUM:
-            gate, up, step = _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, x_scale, row_ok, gate_row,
-                                          gate_row + KB1, KB1, step, ROW0, STAGES, mma)  # fmt: skip
-        else:
-            gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, x_scale, row_ok, gate_row,
-                                     gate_row + KB1, KB1, step, ROW0, STAGES, mma)  # fmt: skip
+        gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty,
+                                 _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row, gate_row + KB1,
+                                 KB1, step, ROW0, STAGES, mma, FAST_ACCUM)  # fmt: skip
         _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m, row_end,
                pid_n, INTER)  # fmt: skip
     _release(done)

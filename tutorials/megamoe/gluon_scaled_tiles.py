@@ -144,7 +144,20 @@ def _row_scales(a_row, row_ok, lo_row, hi_row, kb, KB):
 
 @gluon.jit
 def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0: gl.constexpr,
-            STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+            STAGES: gl.constexpr, mma: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
+    """The block-scaled fp8 K loop of a consumer's rows: :func:`_k_loop_promoted`, or :func:`_k_loop_fast`
+    where FAST_ACCUM (the same arguments and results)."""
+    if FAST_ACCUM:
+        return _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0,
+                            STAGES, mma)  # fmt: skip
+    else:
+        return _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0,
+                                STAGES, mma)  # fmt: skip
+
+
+@gluon.jit
+def _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
+                     ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
     """A consumer's rows (``ROW0`` of the stages' A rows on) of one tile over KB K blocks from ``step`` on:
     (lo, hi, next step), the block-scaled sums. Each K block's product goes into a fresh accumulator (the
     tensor cores sum 128 K values) that the CUDA cores scale and add to the float32 sum, lo then hi, as
@@ -175,7 +188,7 @@ def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_ro
 @gluon.jit
 def _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
                  ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
-    """:func:`_k_loop`'s contract (KB even), with each accumulator's whole sum kept in the tensor cores:
+    """:func:`_k_loop_promoted`'s contract (KB even), with each accumulator's whole sum kept in the tensor cores:
     in units of the scales of the K block its next wgmma adds (the last ratio takes it to units of 1), two
     K blocks per iteration in the order of the module docstring."""
     HALF: gl.constexpr = lo_bufs.shape[1]
@@ -272,13 +285,8 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
         if SCALED:
             offs_m = m0 + ROW0 + gl.arange(0, ROWS, layout=rows_layout)
             lo_row = b_scale + (n0 // HALF) * KB
-            a_row = a_scale + offs_m * KB
-            if FAST_ACCUM:
-                acc_lo, acc_hi, step = _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, offs_m < M, lo_row,
-                                                    lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
-            else:
-                acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, offs_m < M, lo_row,
-                                               lo_row + KB, KB, step, ROW0, STAGES, mma)  # fmt: skip
+            acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale + offs_m * KB, offs_m < M,
+                                           lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma, FAST_ACCUM)  # fmt: skip
         else:
             acc_lo, acc_hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0, STAGES, mma)
         _store(c_desc, c_buf, acc_lo, m0 + ROW0, n0)
