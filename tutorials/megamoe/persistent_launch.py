@@ -106,11 +106,11 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
         else:
             pc = PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
                                   num_stages=3, tma_w2=False)  # fmt: skip
-    row_bytes = h * (1 if cfg.precision == "fp8" else 2)
-    dispatch_rows = next((n for n in (4, 2, 1) if n * row_bytes <= GLUON_STAGE_A_BYTES), 1)
+    dispatch_rows = 4 if cfg.precision == "fp8" else 2
+    while dispatch_rows > 1 and dispatch_rows * _row_bytes(cfg) > GLUON_STAGE_A_BYTES:
+        dispatch_rows //= 2
     gluon_pc = dataclasses.replace(pc, gluon=True, block_n1=FP8_BLOCK, num_stages=4, tma_a=True, tma_w1=True,
-                                   tma_w2=True, half_tail=False,
-                                   dispatch_rows=min(dispatch_rows, 4 if cfg.precision == "fp8" else 2),
+                                   tma_w2=True, half_tail=False, dispatch_rows=dispatch_rows,
                                    combine_rows=4)  # fmt: skip
     return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
 
@@ -140,6 +140,11 @@ def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def _row_bytes(cfg: MoEConfig) -> int:
+    """Bytes of a token's row as dispatch moves it: e4m3 in fp8, else bf16."""
+    return cfg.hidden * (1 if cfg.precision == "fp8" else 2)
+
+
 def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     """Why the Gluon kernel cannot run layer ``cfg`` with the knobs ``pc`` (its rule and what breaks it), or
     None where it can."""
@@ -163,7 +168,7 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
-    row_bytes = h * (1 if cfg.precision == "fp8" else 2)
+    row_bytes = _row_bytes(cfg)
     if pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
         return (f"holds a dispatch item's token rows in one 16 KB stage buffer: dispatch_rows * hidden * the operand's "
                 f"bytes must be <= 16384, got {pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
