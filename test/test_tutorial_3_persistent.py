@@ -332,14 +332,29 @@ def test_default_knobs():
 
 @pytest.mark.parametrize(("precision", "dispatch_rows"), [("fp8", 2), ("bf16", 1)])
 def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_rows):
-    """At H 7168 (the check's ``wide`` case) four fp8 tokens' rows (two bf16) exceed a stage's 16 KB A buffer:
-    the defaults take fewer tokens per dispatch item, so the Gluon kernel (which promotes its fp8 sums) still
-    runs the shape, not the Triton kernel."""
-    cfg = MoEConfig(7168, 2048, 16, 8, 512, precision=precision)
+    """At H 8192 four fp8 tokens' rows (two bf16) exceed a stage's 16 KB A buffer: the defaults take fewer
+    tokens per dispatch item, so the Gluon kernel still runs the shape, and its descriptors build."""
+    from tutorials.megamoe.megamoe import meta_bindings
+
+    cfg = MoEConfig(8192, 2048, 16, 8, 512, precision=precision)
     pc = choose_persistent(cfg)
     assert pc.gluon and pc.dispatch_rows == dispatch_rows
     assert gluon_misfit(cfg, pc) is None
     assert gluon_misfit(cfg, dataclasses.replace(pc, dispatch_rows=2 * dispatch_rows)) is not None
+    assert {"pair_desc", "y_desc", "w1_desc", "w2_desc"} <= set(meta_bindings(cfg, pc))
+
+
+@pytest.mark.parametrize("precision", ["fp8", "bf16"])
+def test_hidden_whose_row_is_not_one_tma_box_runs_the_triton_kernel(precision):
+    """At H 7168 (the check's ``wide`` case: 28 chunks of 256 columns a row) dispatch cannot move a token's
+    row as one TMA box, so the Triton kernel runs it."""
+    from tutorials.megamoe.megamoe import meta_bindings
+
+    cfg = MoEConfig(7168, 2048, 16, 8, 512, precision=precision)
+    assert "power of two" in gluon_misfit(cfg, choose_persistent(cfg, gluon=False))
+    pc = choose_persistent(cfg)
+    assert not pc.gluon
+    meta_bindings(cfg, pc)  # its descriptors build
 
 
 def test_wait_names_are_the_device_table():

@@ -90,7 +90,7 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
     (the H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16,
     whose K-major copy of the weights it makes), with every GEMM operand through TMA, 4 stages, 4 slots
     per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2 tokens
-    do not fit a stage's A buffer, as at H 7168), 4 tokens per combine item (an item takes
+    do not fit a stage's A buffer, as at H 8192), 4 tokens per combine item (an item takes
     one column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
     rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
@@ -149,10 +149,11 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     """Why the Gluon kernel cannot run layer ``cfg`` with the knobs ``pc`` (its rule and what breaks it), or
     None where it can."""
     h, i = cfg.hidden, cfg.intermediate
-    if cfg.world != 1 or h % 256 or i % 256:
-        return (f"runs at world 1 with hidden and intermediate multiples of 256 (the Gluon kernel has no pull or "
-                f"push between ranks; its consumers take two or four K blocks a step), got world {cfg.world}, "
-                f"hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
+    if cfg.world != 1 or h % 256 or i % 256 or (h // 256) & (h // 256 - 1):
+        return (f"runs at world 1 with intermediate a multiple of 256 and hidden 256 times a power of two (the Gluon "
+                f"kernel has no pull or push between ranks; its consumers take two or four K blocks a step; "
+                f"dispatch moves a token's row as one TMA box of 256-column chunks, whose count must be a power "
+                f"of two), got world {cfg.world}, hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
     k_step = FP8_BLOCK if cfg.precision == "fp8" else GLUON_BF16_BLOCK_K
     tiles = (pc.block_m, pc.block_n1, pc.block_n2, pc.block_k, pc.tma_a, pc.tma_w1, pc.tma_w2, pc.half_tail,
              2 <= pc.num_stages <= 4)  # fmt: skip
