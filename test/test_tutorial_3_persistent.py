@@ -134,7 +134,7 @@ def test_launch_binds_every_kernel_parameter_in_order(precision, world):
     w1, w2 = (bound[keys[p]] for p in ("w1_op", "w2_op"))
     if precision == "fp8":  # a box per scale block; A rows in pair order through TMA too
         assert (w1.block_shape, w2.block_shape) == ([128, 128], [128, 128]) and w1.base.dtype == torch.float8_e4m3fn
-        assert bound[keys["a_op"]].block_shape == [128, 128] and keys["a_sorted"] == "a_sorted"
+        assert bound[keys["a_op"]].block_shape == [pc.block_m, 128] and keys["a_sorted"] == "a_sorted"
     else:  # bf16 default: L1's weights through TMA, L2's through pointers (faster each way on the H200)
         assert w1.block_shape == [64, 128] and keys["w2_op"] == "w2" and w2.shape == (16, 1536, 4096)
     assert bound["item_begin"] == 0 and bound["item_end"] == schedule(cfg, pc).starts()["N_ITEMS"]
@@ -260,13 +260,17 @@ def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
     of 128 bytes, every GEMM operand through TMA, whole tiles split between the consumers, 2 to 4 stages of
     48 KB) before anything is built, rather than failing in the compiler's shared-memory allocation or
     reading past a K loop."""
-    pc = dataclasses.replace(choose_persistent(cfg, gluon=True), gluon=True, **knobs)
+    pc = dataclasses.replace(choose_persistent(cfg, gluon=True), gluon=True, **{"block_m": 128, **knobs})
     with pytest.raises(ValueError, match=rule):
         persistent_launch(cfg, pc, 132)
 
 
 def test_knobs_that_cannot_run_are_refused_naming_the_knob():
     fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
+    triton_fp8 = choose_persistent(fp8, gluon=False)
+    with pytest.raises(ValueError, match="block_m=128: the Triton kernel's fp8 sums.*set fast_accum=1"):
+        persistent_launch(fp8, dataclasses.replace(triton_fp8, block_m=128), 132)
+    persistent_launch(fp8, dataclasses.replace(triton_fp8, block_m=128, fast_accum=True), 132)
     with pytest.raises(ValueError, match="fp8 needs block_k = block_n1 = 128"):
         persistent_launch(fp8, PersistentConfig(block_k=64), 132)
     for block_n2 in (64, 512):
@@ -301,12 +305,16 @@ def test_default_knobs():
     persistent_launch(MoEConfig(256, 192, 4, 4, 33), small, 8)  # fits the shape
     fp8_cfg = dataclasses.replace(PRODUCTION, precision="fp8")
     fp8 = choose_persistent(fp8_cfg, gluon=False)
-    assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (128, 128, 256, 128, 4)
-    assert fp8.route_tokens == 16 and fp8.tma_a
+    # the Triton kernel promotes its fp8 sums per K block, which leaves registers for 64-row tiles only
+    assert (fp8.block_m, fp8.block_n1, fp8.block_n2, fp8.block_k, fp8.num_stages) == (64, 128, 256, 128, 4)
+    assert fp8.route_tokens == 16 and fp8.tma_a and not fp8.fast_accum
     assert (fp8.gluon, fp8.dispatch_rows, fp8.combine_rows) == (False, 8, 4)
-    # by default the Gluon kernel where it runs (world 1), with smaller dispatch and combine items
+    fast = choose_persistent(fp8_cfg, gluon=False, fast_accum=True)  # sums in the tensor cores: 128 rows
+    assert fast == dataclasses.replace(fp8, block_m=128, fast_accum=True)
+    assert persistent_config(fp8_cfg, {"gluon": False, "fast_accum": True}) == fast
+    # by default the Gluon kernel where it runs (world 1), with 128-row tiles, smaller dispatch and combine items
     fp8_gluon = choose_persistent(fp8_cfg)
-    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, dispatch_rows=4, combine_rows=4)
+    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, block_m=128, dispatch_rows=4, combine_rows=4)
     assert not choose_persistent(dataclasses.replace(fp8_cfg, num_experts=32, world=2)).gluon
     # bf16 too, with 2 rows per dispatch item (rows of twice the bytes)
     bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=True, tma_w2=True, half_tail=False,
@@ -347,14 +355,17 @@ def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_ro
 @pytest.mark.parametrize("precision", ["fp8", "bf16"])
 def test_hidden_whose_row_is_not_one_tma_box_runs_the_triton_kernel(precision):
     """At H 7168 (the check's ``wide`` case: 28 chunks of 256 columns a row) dispatch cannot move a token's
-    row as one TMA box, so the Triton kernel runs it."""
+    row as one TMA box, so the Triton kernel runs it; in fp8 with 64-row tiles that promote each K block's
+    sums, as the Gluon kernel does."""
     from tutorials.megamoe.megamoe import meta_bindings
 
     cfg = MoEConfig(7168, 2048, 16, 8, 512, precision=precision)
-    assert "power of two" in gluon_misfit(cfg, choose_persistent(cfg, gluon=False))
+    assert "power of two" in gluon_misfit(cfg, dataclasses.replace(choose_persistent(cfg, gluon=False), block_m=128))
     pc = choose_persistent(cfg)
     assert not pc.gluon
     meta_bindings(cfg, pc)  # its descriptors build
+    if precision == "fp8":
+        assert pc.block_m == 64 and persistent_launch(cfg, pc, 132).constexprs["PROMOTE"] is True
 
 
 def test_wait_names_are_the_device_table():

@@ -8,8 +8,9 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
 
 * ``plain``: ``acc = dot(a, b, acc)``, the fp8 or bf16 tile as it would be without block scales
   (checked against the unscaled product);
-* ``scaled`` (fp8): the layer's block-scaled step (``persistent._scaled_step``) on two 128-column
-  halves with per-row A scales and scalar B scales;
+* ``scaled`` (fp8): the Triton kernel's block-scaled step with its sums in the tensor cores
+  (``persistent._scaled_step``, fast_accum) on two 128-column halves with per-row A scales and scalar B
+  scales;
 * ``prefetch`` (fp8): ``scaled`` with each step's scales loaded during the step before;
 * ``wide`` (fp8): ``prefetch`` as one 256-column dot, its accumulator rescaled column by column;
 * ``fresh`` (fp8): 128 x 128 tiles, each K block's dot into a zeroed accumulator, added to the tile's with
@@ -141,8 +142,8 @@ def dense_tiles(
                     acc_lo = tl.dot(a, b_lo, acc_lo)
                     acc_hi = tl.dot(a, b_hi, acc_hi)
                 else:
-                    acc_lo = _scaled_step(a, b_lo, acc_lo, a_was, a_s, lo_was, lo_s, False)
-                    acc_hi = _scaled_step(a, b_hi, acc_hi, a_was, a_s, hi_was, hi_s, False)
+                    acc_lo = _scaled_step(a, b_lo, acc_lo, a_was, a_s, lo_was, lo_s, False, False)
+                    acc_hi = _scaled_step(a, b_hi, acc_hi, a_was, a_s, hi_was, hi_s, False, False)
                 if SCALED == 2:
                     following = tl.minimum(kb + 1, KB - 1)
                     a_next = tl.load(a_scale + offs_m * KB + following)

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     h, i, e, k, t = args.shape
     cfg = MoEConfig(h, i, e, k, t, 1, "fp8")
-    pc = dataclasses.replace(choose_persistent(cfg, gluon=False), trace=args.trace)
+    pc = dataclasses.replace(choose_persistent(cfg, gluon=False, fast_accum=True), trace=args.trace)
     # fast_accum: the Triton kernel's math (sums kept in the tensor cores), so that both write the same bytes
     gluon_pc = dataclasses.replace(choose_persistent(cfg), gluon=True, num_stages=args.stages, trace=args.trace,
                                    fast_accum=True)  # fmt: skip

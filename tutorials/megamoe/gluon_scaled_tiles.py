@@ -14,8 +14,8 @@ only, and the CUDA cores scale it and add it to the half's float32 sum (DeepGEMM
 
 The tensor cores' fp8 accumulation is not float32: a sum kept in the wgmma accumulator over the whole K
 drifts from float32 as K grows. ``FAST_ACCUM`` keeps it there all the same (``_k_loop_fast``, as
-``persistent._scaled_step`` does in the Triton kernel, whose 128-row tiles have no registers for a second
-accumulator): each accumulator in units of the scales of the K block its next wgmma adds, two K blocks per
+``persistent._scaled_step`` does in the Triton kernel's 128-row tiles, which have no registers for a
+second accumulator): each accumulator in units of the scales of the K block its next wgmma adds, two K blocks per
 loop iteration so that three of each four rescales run beside a wgmma of the same consumer::
 
     per two K blocks k, k + 1:

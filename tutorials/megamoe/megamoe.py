@@ -369,10 +369,10 @@ TOL_ROW = 4e-2  # worst single token row: a lost (1.0) or doubled (1.0) row fail
 # tokens must equal quant's bit for bit). What remains is the bf16 rounding of y_pair, the pushed
 # partial and y (~2e-3) plus h codes one e4m3 step away from the reference's where the tensor cores'
 # fp8 accumulation differs from float32: with each K block's product promoted into float32 sums
-# (impl="launches", the Gluon kernel) 3e-3 to 8e-3, worst rows up to 4e-2 on 128-wide rows. The bounds
+# (impl="launches", both persistent kernels) 3e-3 to 8e-3, worst rows up to 4e-2 on 128-wide rows. The bounds
 # are 2x that and well below fp8's own error vs float32 (~6.4e-2); a scale applied to the wrong block (the
 # tests scale blocks ~50 % apart) or a lost row fails by far. Sums kept in the tensor cores for the whole
-# K (the persistent Triton kernel, fast_accum) come to 1.35e-2 at the production load and 1.55e-2 at H 7168.
+# K (the persistent kernels' fast_accum) come to 1.35e-2 at the production load and 1.55e-2 at H 7168.
 TOL_NORM_FP8 = 1.5e-2
 TOL_ROW_FP8 = 0.1
 TOL_NORM_FP8_VS_FP32 = 0.1  # sanity bound on the quantization error itself (e4m3 x, w and h: ~6.4e-2)

@@ -244,6 +244,7 @@ def moe_persistent(
     L1_START: tl.constexpr, L2_START: tl.constexpr, COMBINE_START: tl.constexpr, REDUCE_START: tl.constexpr,
     N_ITEMS: tl.constexpr, SCHED_WORDS: tl.constexpr, SCHED_P2: tl.constexpr, TRACE: tl.constexpr,
     HALF_TAIL: tl.constexpr, TMA_A: tl.constexpr, BLOCK_HA: tl.constexpr, SETTLE_WGMMA: tl.constexpr,
+    PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """One call of the layer on this rank: every program takes items until none is left (module
     docstring). bf16 passes None for the fp8 scale buffers (the last six). ``a_src`` / ``a_scale`` are the
@@ -297,7 +298,7 @@ def moe_persistent(
                     tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
                 if FP8:
                     _l1_tile_fp8(a_src, a_op, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0,
-                                 row_end, pid_n, H, INTER, BLOCK_M, TMA_W1, TMA_A, SETTLE_WGMMA)  # fmt: skip
+                                 row_end, pid_n, H, INTER, BLOCK_M, TMA_W1, TMA_A, SETTLE_WGMMA, PROMOTE)  # fmt: skip
                 elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:  # an expert's last tile, half full or less
                     _l1_tile_bf16(a_src, a_op, sorted_row, w1_op, h_ptr, expert, row0, row_end, pid_n, H, INTER,
                                   BLOCK_M // 2, BLOCK_N1, BLOCK_K, TMA_W1, False)  # fmt: skip
@@ -318,7 +319,7 @@ def moe_persistent(
                     tl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
                 if FP8:
                     _l2_tile_fp8(h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H, INTER,
-                                 BLOCK_M, BLOCK_N2, TMA_W2, TMA_H, SETTLE_WGMMA)  # fmt: skip
+                                 BLOCK_M, BLOCK_N2, TMA_W2, TMA_H, SETTLE_WGMMA, PROMOTE)  # fmt: skip
                 elif HALF_TAIL and row_end - row0 <= BLOCK_M // 2:
                     _l2_tile_bf16(h_op, w2_op, y_pair, expert, row0, row_end, pid_n, H, INTER, BLOCK_M // 2,
                                   BLOCK_N2, BLOCK_K, TMA_W2, TMA_H)  # fmt: skip
@@ -633,7 +634,7 @@ def _l1_tile_bf16(
 def _l1_tile_fp8(
     a_src, a_op, a_scale, sorted_row, w1_op, w1s_ptr, h_ptr, hs_ptr, expert, row0, row_end, pid_n,
     H: tl.constexpr, INTER: tl.constexpr, BLOCK_M: tl.constexpr, TMA_W1: tl.constexpr, TMA_A: tl.constexpr,
-    SETTLE: tl.constexpr,
+    SETTLE: tl.constexpr, PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """As ``moe_l1_swiglu_fp8``: the sum over K blocks of 128 of ``dot(a, b) * (a_scale * b_scale)`` for gate
     and up (:func:`_scaled_step`); SwiGLU; h quantized per (pair, 128 columns). The weights are
@@ -666,15 +667,15 @@ def _l1_tile_fp8(
         a_was, g_was, u_was = a_s, g_s, u_s
         a_s, g_s, u_s = _carried(a_next), _carried(g_next), _carried(u_next)
         b_g = _weight_block(w1_op, w_row, kb * QBLOCK, H, TMA_W1)
-        acc_g = _scaled_step(a, b_g, acc_g, a_was, a_s, g_was, g_s, False)
+        acc_g = _scaled_step(a, b_g, acc_g, a_was, a_s, g_was, g_s, False, PROMOTE)
         b_u = _weight_block(w1_op, w_row + QBLOCK, kb * QBLOCK, H, TMA_W1)
-        acc_u = _scaled_step(a, b_u, acc_u, a_was, a_s, u_was, u_s, SETTLE)  # the step's last dot
+        acc_u = _scaled_step(a, b_u, acc_u, a_was, a_s, u_was, u_s, SETTLE, PROMOTE)  # the step's last dot
         following = tl.minimum(kb + 1, KB - 1)
         a_next = tl.load(as_ptrs + following, mask=mask_m, other=1.0)
         g_next = tl.load(s_ptr + following)
         u_next = tl.load(s_ptr + KB + following)
-    g = acc_g * (a_s * g_s)[:, None]
-    u = acc_u * (a_s * u_s)[:, None]
+    g = _scaled_sum(acc_g, a_s, g_s, PROMOTE)
+    u = _scaled_sum(acc_u, a_s, u_s, PROMOTE)
     q, scale = _quantize_rows(g * tl.sigmoid(g) * u)
     offs_p = offs_m.to(tl.int64)
     offs_n = pid_n * QBLOCK + tl.arange(0, QBLOCK)
@@ -683,25 +684,40 @@ def _l1_tile_fp8(
 
 
 @triton.jit
-def _scaled_step(a, b, acc, a_was, a_s, b_was, b_s, SETTLE: tl.constexpr):
-    """One K block of a block-scaled fp8 product whose accumulator is kept in units of the current block's
-    scales: given acc = (sum of the earlier blocks' dot * a_scale * b_scale) / (a_was * b_was), returns
-    that sum plus ``dot(a, b) * a_s * b_s``, divided by a_s * b_s (after the last block the caller
-    multiplies its scales back in). The wgmma accumulates in place, with no scaled product beside the
-    accumulator: the registers that frees let a tile hold 128 rows (halving the weight bytes each row
-    costs). Float32 holds the scaled sum unless a row's A block and the B block both sit at the scale
-    floor (``quant.AMAX_FLOOR``, all-zero blocks) after partial sums above about 1e8. ``a_was`` / ``a_s``:
-    [rows]; ``b_was`` / ``b_s``: scalars.
+def _scaled_step(a, b, acc, a_was, a_s, b_was, b_s, SETTLE: tl.constexpr, PROMOTE: tl.constexpr):
+    """One K block of a block-scaled fp8 product. PROMOTE: ``acc`` is the float32 sum of the earlier
+    blocks' ``dot(a, b) * a_scale * b_scale``; the block's dot runs into a fresh accumulator whose scaled
+    product is added to it (DeepGEMM's order: the tensor cores never sum more than one block of 128).
+    Else ``acc`` is kept in units of the current block's scales: given acc = (that sum) / (a_was * b_was),
+    returns the sum plus ``dot(a, b) * a_s * b_s``, divided by a_s * b_s (after the last block
+    :func:`_scaled_sum` multiplies the scales back in). The wgmma then accumulates in place, with no
+    product beside the accumulator, which lets a tile hold 128 rows (halving the weight bytes each row
+    costs), but the tensor cores sum the whole K at their own precision: 3x the error of promotion from
+    the quantization-aware reference at the production load. Float32 holds the rescaled sum unless a
+    row's A block and the B block both sit at the scale floor (``quant.AMAX_FLOOR``, all-zero blocks)
+    after partial sums above about 1e8. ``a_was`` / ``a_s``: [rows]; ``b_was`` / ``b_s``: scalars.
 
-    SETTLE (the caller passes it for a K step's last dot): Triton waits for this wgmma before the step
-    ends (``+ 0.0`` uses its result there). Without it the last dot stays in flight into the next step,
-    beside its scale loads and barrier wait: the production fp8 layer took 320 us instead of 355 on the
-    H200 with Triton 3.6. The ptxas of Triton >= 3.7 serializes every wgmma of a kernel that leaves one
-    in flight across a loop's back edge (C7518), so there the callers settle it."""
+    SETTLE (in place; the caller passes it for a K step's last dot): Triton waits for this wgmma before
+    the step ends (``+ 0.0`` uses its result there). Without it the last dot stays in flight into the next
+    step, beside its scale loads and barrier wait: the production fp8 layer took 320 us instead of 355 on
+    the H200 with Triton 3.6. The ptxas of Triton >= 3.7 serializes every wgmma of a kernel that leaves
+    one in flight across a loop's back edge (C7518), so there the callers settle it. A promoted step
+    waits for its dot anyway, to add the product."""
+    if PROMOTE:
+        return acc + tl.dot(a, b) * (a_s[:, None] * b_s)
     acc = tl.dot(a, b, acc * ((a_was / a_s)[:, None] * (b_was / b_s)))
     if SETTLE:
         acc += 0.0
     return acc
+
+
+@triton.jit
+def _scaled_sum(acc, a_s, b_s, PROMOTE: tl.constexpr):
+    """A tile's float32 sums from :func:`_scaled_step`'s accumulator after the last K block, whose scales
+    are ``a_s`` ([rows]) and ``b_s``."""
+    if PROMOTE:
+        return acc
+    return acc * (a_s * b_s)[:, None]
 
 
 @triton.jit
@@ -757,6 +773,7 @@ def _l2_tile_bf16(
 def _l2_tile_fp8(
     h_op, hs_ptr, w2_op, w2s_ptr, y_pair, expert, row0, row_end, pid_n, H: tl.constexpr, INTER: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA_W2: tl.constexpr, TMA_H: tl.constexpr, SETTLE: tl.constexpr,
+    PROMOTE: tl.constexpr,
 ):  # fmt: skip
     """As ``moe_l2_fp8``: y_pair[p] = h[p] @ w2[e] with block scales, a K block at a time
     (:func:`_scaled_step`). A tile of 256 columns spans two w2 scale blocks: it runs as two 128-column
@@ -790,19 +807,19 @@ def _l2_tile_fp8(
         a_was, lo_was, hi_was = a_s, lo_s, hi_s
         a_s, lo_s, hi_s = _carried(a_next), _carried(lo_next), _carried(hi_next)
         b_lo = _weight_block(w2_op, w_row, kb * QBLOCK, INTER, TMA_W2)
-        acc_lo = _scaled_step(a, b_lo, acc_lo, a_was, a_s, lo_was, lo_s, SETTLE and not TWO)
+        acc_lo = _scaled_step(a, b_lo, acc_lo, a_was, a_s, lo_was, lo_s, SETTLE and not TWO, PROMOTE)
         if TWO:
             b_hi = _weight_block(w2_op, w_row + QBLOCK, kb * QBLOCK, INTER, TMA_W2)
-            acc_hi = _scaled_step(a, b_hi, acc_hi, a_was, a_s, hi_was, hi_s, SETTLE)
+            acc_hi = _scaled_step(a, b_hi, acc_hi, a_was, a_s, hi_was, hi_s, SETTLE, PROMOTE)
         following = tl.minimum(kb + 1, KB - 1)
         a_next = tl.load(as_ptrs + following, mask=mask_m, other=1.0, cache_modifier=".cg")
         lo_next = tl.load(bs_ptr + following)
         if TWO:
             hi_next = tl.load(bs_ptr + KB + following)
     out = y_pair + offs_p[:, None] * H + (n0 + half)[None, :]
-    tl.store(out, (acc_lo * (a_s * lo_s)[:, None]).to(tl.bfloat16), mask=mask_m[:, None])
+    tl.store(out, _scaled_sum(acc_lo, a_s, lo_s, PROMOTE).to(tl.bfloat16), mask=mask_m[:, None])
     if TWO:
-        tl.store(out + QBLOCK, (acc_hi * (a_s * hi_s)[:, None]).to(tl.bfloat16), mask=mask_m[:, None])
+        tl.store(out + QBLOCK, _scaled_sum(acc_hi, a_s, hi_s, PROMOTE).to(tl.bfloat16), mask=mask_m[:, None])
 
 
 @triton.jit

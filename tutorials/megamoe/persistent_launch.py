@@ -48,11 +48,11 @@ class PersistentConfig:
     ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
     256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages, K-major weights;
     :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on there). ``fast_accum``
-    (fp8, Gluon kernel): keep each GEMM tile's sums in the tensor cores, rescaled per K block, instead of
-    promoting each K block's product into float32 sums (1-2 % faster at the production load, 3x the error
-    from the quantization-aware reference there, and over the check's bound at H 7168). The Triton kernel
-    always keeps them in the tensor cores (``persistent._scaled_step``: its 128-row tiles have no registers
-    for a second accumulator).
+    (fp8): keep each GEMM tile's sums in the tensor cores, rescaled per K block, instead of promoting each
+    K block's product into float32 sums (3x the error from the quantization-aware reference at the
+    production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster there). The
+    Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
+    with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
@@ -78,52 +78,56 @@ class PersistentConfig:
     fast_accum: bool = False
 
 
-def choose_persistent(cfg: MoEConfig, gluon: bool = True) -> PersistentConfig:
+def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
     """Defaults for layer ``cfg``. fp8: N 128 per gate/up half in L1 and 256 in L2, 8 warps, weights through
-    TMA, 16 tokens per route item; with more than 96 pairs per expert expected 128-row tiles, L1's A rows
-    through TMA and 4 stages (the H200 ran the production load's L1 tiles 24 % faster per row than at
-    64 rows), else 64 rows and 3 stages. bf16 with more than 96 pairs per expert expected: 128 x 128 (x2)
-    L1 and 128 x 256 L2 tiles, K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on
-    the H200, where L2's were not), half-row tail tiles (4-5 % faster at the production load; ptxas spills
-    a few per-item values for them, none in a K loop); fewer pairs: 64-row tiles and 4 warps. Where the
-    Gluon kernel runs (128-row tiles at world 1, H and I multiples of 256), it unless ``gluon`` is False
-    (the H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16,
-    whose K-major copy of the weights it makes), with every GEMM operand through TMA, 4 stages, 4 slots
-    per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2 tokens
-    do not fit a stage's A buffer, as at H 8192), 4 tokens per combine item (an item takes
-    one column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
+    TMA, 16 tokens per route item; with more than 96 pairs per expert expected L1's A rows through TMA and
+    4 stages, else 3 stages; 64-row tiles, whose registers leave room for promoting each K block's sums
+    (:attr:`PersistentConfig.fast_accum`), and with ``fast_accum`` 128-row tiles where more than 96 pairs
+    per expert are expected (the H200 ran the production load's L1 tiles 24 % faster per row than at 64
+    rows). bf16 with more than 96 pairs per expert expected: 128 x 128 (x2) L1 and 128 x 256 L2 tiles,
+    K 64, 8 warps, 3 stages, L1's weights through TMA (faster than pointers on the H200, where L2's were
+    not), half-row tail tiles (4-5 % faster at the production load; ptxas spills a few per-item values for
+    them, none in a K loop); fewer pairs: 64-row tiles and 4 warps. Where the Gluon kernel runs (more
+    than 96 pairs per expert expected, world 1, :func:`gluon_misfit`), it unless ``gluon`` is False (the
+    H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16, whose
+    K-major copy of the weights it makes), with 128-row tiles, every GEMM operand through TMA, 4 stages,
+    4 slots per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2
+    tokens do not fit a stage's A buffer, as at H 8192), 4 tokens per combine item (an item takes one
+    column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
-    rows = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts
+    big = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts > 96
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
-        big = rows > 96
-        pc = PersistentConfig(block_m=128 if big else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
-                              num_stages=4 if big else 3, tma_a=big, route_tokens=16)  # fmt: skip
+        pc = PersistentConfig(block_m=128 if big and fast_accum else 64, block_n2=256 if h % 256 == 0 else FP8_BLOCK,
+                              num_stages=4 if big else 3, tma_a=big, route_tokens=16,
+                              fast_accum=fast_accum)  # fmt: skip
+    elif big:
+        pc = PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64,
+                              block_n2=next(n for n in (256, 128, 64) if h % n == 0), block_k=64, num_stages=3,
+                              tma_w2=False, half_tail=True)  # fmt: skip
     else:
-        block_n2 = next(n for n in (256, 128, 64) if h % n == 0)
-        if rows > 96:
-            pc = PersistentConfig(block_m=128, block_n1=128 if i % 128 == 0 else 64, block_n2=block_n2, block_k=64,
-                                  num_stages=3, tma_w2=False, half_tail=True)  # fmt: skip
-        else:
-            pc = PersistentConfig(block_m=64, block_n1=64, block_n2=min(block_n2, 128), block_k=64, num_warps=4,
-                                  num_stages=3, tma_w2=False)  # fmt: skip
+        pc = PersistentConfig(block_m=64, block_n1=64, block_n2=next(n for n in (128, 64) if h % n == 0), block_k=64,
+                              num_warps=4, num_stages=3, tma_w2=False)  # fmt: skip
+    if not (gluon and big):
+        return pc
     dispatch_rows = 4 if cfg.precision == "fp8" else 2
     while dispatch_rows > 1 and dispatch_rows * _row_bytes(cfg) > GLUON_STAGE_A_BYTES:
         dispatch_rows //= 2
-    gluon_pc = dataclasses.replace(pc, gluon=True, block_n1=FP8_BLOCK, num_stages=4, tma_a=True, tma_w1=True,
-                                   tma_w2=True, half_tail=False, dispatch_rows=dispatch_rows,
+    gluon_pc = dataclasses.replace(pc, gluon=True, block_m=128, block_n1=FP8_BLOCK, num_stages=4, tma_a=True,
+                                   tma_w1=True, tma_w2=True, half_tail=False, dispatch_rows=dispatch_rows,
                                    combine_rows=4)  # fmt: skip
-    return gluon_pc if gluon and not gluon_misfit(cfg, gluon_pc) else pc
+    return pc if gluon_misfit(cfg, gluon_pc) else gluon_pc
 
 
 def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig:
     """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the Gluon kernel's where it runs
     them, unless ``knobs`` sets ``gluon`` (False: the Triton kernel's; True: the Gluon kernel's, which
     ``persistent_launch`` refuses where it cannot run), else the Triton kernel's (e.g. ``block_m=64``)."""
+    fast_accum = bool(knobs.get("fast_accum", False))
     if "gluon" in knobs:
-        return dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs["gluon"])), **knobs)
-    pc = dataclasses.replace(choose_persistent(cfg), **knobs)
+        return dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs["gluon"]), fast_accum=fast_accum), **knobs)
+    pc = dataclasses.replace(choose_persistent(cfg, fast_accum=fast_accum), **knobs)
     if pc.gluon and gluon_misfit(cfg, pc):
-        return dataclasses.replace(choose_persistent(cfg, gluon=False), **knobs)
+        return dataclasses.replace(choose_persistent(cfg, gluon=False, fast_accum=fast_accum), **knobs)
     return pc
 
 
@@ -203,6 +207,12 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
+    if cfg.precision == "fp8" and not pc.gluon and not pc.fast_accum and pc.block_m > 64:
+        raise ValueError(
+            f"PersistentConfig.block_m={pc.block_m}: the Triton kernel's fp8 sums, promoted per K block, fit its "
+            f"registers at block_m <= 64 (more rows spill inside the K loops); set fast_accum=1 for {pc.block_m}-row "
+            f"tiles that keep their sums in the tensor cores"
+        )
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
@@ -401,7 +411,7 @@ def persistent_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Ke
         BLOCK_H=row_block(cfg.hidden, 4096 // pc.combine_rows), BLOCK_HR=row_block(cfg.hidden, 2048 // w_p2),
         **sch.starts(), SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), TRACE=pc.trace,
         HALF_TAIL=pc.half_tail, TMA_A=pc.tma_a, BLOCK_HA=row_block(cfg.hidden, 4096 // pc.dispatch_rows),
-        SETTLE_WGMMA=serializes_wgmma_in_flight_across_loops(),
+        SETTLE_WGMMA=serializes_wgmma_in_flight_across_loops(), PROMOTE=fp8 and not pc.fast_accum,
     )  # fmt: skip
     return KernelLaunch(
         "moe_persistent_fp8" if fp8 else "moe_persistent", moe_persistent, tuple(params), constexprs,
