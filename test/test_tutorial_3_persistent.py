@@ -368,6 +368,22 @@ def test_hidden_whose_row_is_not_one_tma_box_runs_the_triton_kernel(precision):
         assert pc.block_m == 64 and persistent_launch(cfg, pc, 132).constexprs["PROMOTE"] is True
 
 
+@pytest.mark.parametrize("precision", ["fp8", "bf16"])
+@pytest.mark.parametrize("hidden", [1024, 2048, 3072, 4096, 5120, 6144, 7168, 8192])
+def test_default_knobs_build_their_launch_and_descriptors(precision, hidden):
+    """Whichever kernel ``choose_persistent`` picks for a hidden size, its launch and every descriptor the
+    layer binds build on meta tensors (no GPU): a rule of TMA's (power-of-two box dimensions, boxes within
+    a stage) that the defaults break fails here, not at a layer's construction on the GPU."""
+    from tutorials.megamoe.megamoe import meta_bindings
+
+    cfg = MoEConfig(hidden, 2048, 16, 8, 512, precision=precision)
+    pc = choose_persistent(cfg)
+    assert pc.gluon == (hidden // 256 in (4, 8, 16, 32))  # 256 times a power of two
+    launch = persistent_launch(cfg, pc, 132)
+    bound = meta_bindings(cfg, pc)
+    assert {key for _, key in launch.params} - {None} <= set(bound)
+
+
 def test_wait_names_are_the_device_table():
     """The kernel passes a wait's index into moe-device.cu's name table; the report prints that name."""
     source = (ROOT / "tutorials" / "megamoe" / "moe-device.cu").read_text()
