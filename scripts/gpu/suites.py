@@ -254,13 +254,13 @@ def t3_persistent(gpus: int) -> Suite:
              "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
     every_routing = ("--routing", "random", "skewed", "balanced", "crowded")
     shared = (*persistent, "--cases", "small", *every_routing, "--json", "{dir}/correct.json")
-    # on a fresh H100, before the H 7168 case: w1 40 s (bf16) and 26 s (fp8), the benchmarks 27 and 25 s, every
-    # routing at world 2 47 s (bf16) and 25 s (fp8), at world 4 25 s each (the H200: 23 and 30 s at world 1)
+    # on a fresh H100: w1 53 s (bf16) and 45 s (fp8), the benchmarks 31 and 27 s, every routing at world 2 31 s
+    # (bf16) and 23 s (fp8), at world 4 25 s (bf16; fp8 34 s in another run)
     return Suite("t3_persistent", [
         Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", "wide", *every_routing, "--json", "{dir}/correct.json"),
              100),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "wide", *every_routing, "--json",
-                        "{dir}/correct.json"), 100),  # the production load and H 7168 compile the Gluon kernel too
+                        "{dir}/correct.json"), 100),  # the Gluon kernel at the production load, Triton's at H 7168
         Step("benchmark_bf16", (*bench, "--precision", "bf16"), 55, benchmark=True),
         Step("benchmark_fp8", (*bench, "--precision", "fp8"), 60, benchmark=True),  # Gluon and its Triton twin
         Step("w2_bf16_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", *shared, standalone=False), 60, shared_gpu=True),
