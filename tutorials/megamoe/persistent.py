@@ -255,7 +255,9 @@ def moe_persistent(
     GEMM tile with at most BLOCK_M / 2 pairs left in its expert runs as a BLOCK_M / 2-row tile. TMA_A:
     dispatch copies each pair's row of ``a_src`` to its layout position in ``a_sorted`` (BLOCK_HA columns at
     a time), and L1 loads those rows through the descriptor ``a_op``; else both are None and L1 gathers
-    the rows of ``a_src``. SETTLE_WGMMA (fp8): each K step waits for its last wgmma (``_scaled_step``)."""
+    the rows of ``a_src``. SETTLE_WGMMA (fp8): each K step waits for its last wgmma (``_scaled_step``).
+    PROMOTE (fp8): each K block's product is added to float32 sums, else the sums stay in the tensor cores
+    (``_scaled_step``)."""
     N1: tl.constexpr = INTER // BLOCK_N1
     N2: tl.constexpr = H // BLOCK_N2
     PAIR_COUNT: tl.constexpr = COMB_DONE + WORLD  # per expert: this call's pairs to it so far (route items)
