@@ -356,14 +356,11 @@ def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_ro
 def test_hidden_whose_row_is_not_one_tma_box_runs_the_triton_kernel(precision):
     """At H 7168 (the check's ``wide`` case: 28 chunks of 256 columns a row) dispatch cannot move a token's
     row as one TMA box, so the Triton kernel runs it; in fp8 with 64-row tiles that promote each K block's
-    sums, as the Gluon kernel does."""
-    from tutorials.megamoe.megamoe import meta_bindings
-
+    sums, as the Gluon kernel does (its descriptors build: the next test)."""
     cfg = MoEConfig(7168, 2048, 16, 8, 512, precision=precision)
     assert "power of two" in gluon_misfit(cfg, dataclasses.replace(choose_persistent(cfg, gluon=False), block_m=128))
     pc = choose_persistent(cfg)
     assert not pc.gluon
-    meta_bindings(cfg, pc)  # its descriptors build
     if precision == "fp8":
         assert pc.block_m == 64 and persistent_launch(cfg, pc, 132).constexprs["PROMOTE"] is True
 
