@@ -437,7 +437,9 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
     [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions (sorted_row,
     inv_pos) stored meanwhile, a pair to a lane; then each row by TMA from the stage to each of its pairs'
     places (``pair_desc``: a_sorted as [pairs, H / 256, 256], boxes of one pair), and once those are written
-    the pairs counted landed in their M tiles. The consumers hand the stage back; returns the next step."""
+    the pairs counted landed in their M tiles. A box spans H / 256 chunks rounded up to a power of two (TMA's
+    rule): the load fills the chunks past a row with zeros, the store skips them. The consumers hand the
+    stage back; returns the next step."""
     ROWS: gl.constexpr = x_desc.block_type.shape[0]
     BOXES: gl.constexpr = x_desc.block_type.shape[1]
     L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [1, 1], [1, 0])  # a pair a lane
@@ -500,6 +502,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     N1: gl.constexpr = INTER // QBLOCK
     CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)  # L2 N tiles in a combine chunk
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    ROW_BOXES: gl.constexpr = pair_desc.block_type.shape[1]  # a row's 256-column chunks, padded to a power of two
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
     step = 0
@@ -542,7 +545,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                 else:  # x's, which change from call to call: this call's, in the program's global scratch (made
                     # here, not at the loader's start, which would hand out the call's first items later)
                     rows_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1],
-                                                           [DISPATCH_ROWS, H // 256, 256], Y_CHUNKS)  # fmt: skip
+                                                           [DISPATCH_ROWS, ROW_BOXES, 256], Y_CHUNKS)  # fmt: skip
                 step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2,
                                       EL_P2, LANDED, STAGES, FP8)  # fmt: skip
             _release(sched_ptr + DISPATCH_DONE)

@@ -92,7 +92,8 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = Fal
     H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16, whose
     K-major copy of the weights it makes), with 128-row tiles, every GEMM operand through TMA, 4 stages,
     4 slots per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2
-    tokens do not fit a stage's A buffer, as at H 8192), 4 tokens per combine item (an item takes one
+    tokens do not fit a stage's A buffer, as at H 7168 and 8192, whose rows' TMA boxes take 32 chunks of 256
+    columns), 4 tokens per combine item (an item takes one
     column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
     big = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts > 96
@@ -144,20 +145,24 @@ def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def row_boxes(cfg: MoEConfig) -> int:
+    """256-column chunks in a Gluon dispatch box of one token's row: H / 256 rounded up to a power of two."""
+    return next_pow2(cfg.hidden // 256)
+
+
 def _row_bytes(cfg: MoEConfig) -> int:
-    """Bytes of a token's row as dispatch moves it: e4m3 in fp8, else bf16."""
-    return cfg.hidden * (1 if cfg.precision == "fp8" else 2)
+    """Bytes of a token's row as the Gluon dispatch box holds it: e4m3 in fp8, else bf16."""
+    return row_boxes(cfg) * 256 * (1 if cfg.precision == "fp8" else 2)
 
 
 def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     """Why the Gluon kernel cannot run layer ``cfg`` with the knobs ``pc`` (its rule and what breaks it), or
     None where it can."""
     h, i = cfg.hidden, cfg.intermediate
-    if cfg.world != 1 or h % 256 or i % 256 or (h // 256) & (h // 256 - 1):
-        return (f"runs at world 1 with intermediate a multiple of 256 and hidden 256 times a power of two (the Gluon "
-                f"kernel has no pull or push between ranks; its consumers take two or four K blocks a step; "
-                f"dispatch moves a token's row as one TMA box of 256-column chunks, whose count must be a power "
-                f"of two), got world {cfg.world}, hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
+    if cfg.world != 1 or h % 256 or i % 256:
+        return (f"runs at world 1 with hidden and intermediate multiples of 256 (the Gluon kernel has no pull or "
+                f"push between ranks; its consumers take two or four K blocks a step), got world {cfg.world}, "
+                f"hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
     k_step = FP8_BLOCK if cfg.precision == "fp8" else GLUON_BF16_BLOCK_K
     tiles = (pc.block_m, pc.block_n1, pc.block_n2, pc.block_k, pc.tma_a, pc.tma_w1, pc.tma_w2, pc.half_tail,
              2 <= pc.num_stages <= 4)  # fmt: skip
@@ -175,8 +180,9 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
                 f"{pc.route_tokens}")  # fmt: skip
     row_bytes = _row_bytes(cfg)
     if pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
-        return (f"holds a dispatch item's token rows in one 16 KB stage buffer: dispatch_rows * hidden * the operand's "
-                f"bytes must be <= 16384, got {pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
+        return (f"holds a dispatch item's token rows in one 16 KB stage buffer, each a TMA box of hidden / 256 "
+                f"chunks rounded up to a power of two: dispatch_rows * the row's box bytes must be <= 16384, got "
+                f"{pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
     return None
 
 
@@ -331,10 +337,10 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         # change from call to call: the kernel makes their descriptor)
         unswizzled = X_CHUNKS.value if cfg.precision == "fp8" else Y_CHUNKS.value
         out["pair_desc"] = GluonDescriptor.from_tensor(
-            workspace["a_sorted"].view(-1, hid // 256, 256), [1, hid // 256, 256], unswizzled)
+            workspace["a_sorted"].view(-1, hid // 256, 256), [1, row_boxes(cfg), 256], unswizzled)
         if cfg.precision == "fp8":
             out["x_desc"] = GluonDescriptor.from_tensor(
-                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, hid // 256, 256], unswizzled)
+                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, row_boxes(cfg), 256], unswizzled)
         return out
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
