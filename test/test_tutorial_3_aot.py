@@ -244,9 +244,9 @@ def test_gemm_ceiling_tiles_compile_with_pipelined_wgmma(variant, tmp_path):
 
 
 def _gluon_scaled_tiles(scaled: bool, fast_accum: bool = False):
-    """``gluon_scaled_tiles.scaled_tiles`` compiled for sm_90 as ``scaled_tiles_call`` launches it: fp8 A and
-    B in [128, 128] blocks with float32 scales (``scaled``; ``fast_accum``: sums kept in the tensor cores), or
-    bf16 in [128, 64] blocks without."""
+    """``gluon_scaled_tiles.scaled_tiles`` compiled for sm_90 as ``scaled_tiles_call`` launches it at MegaMoE's
+    L1 shape at the production load (M 4096, N 3072, K 4096): fp8 A and B in [128, 128] blocks with float32
+    scales (``scaled``; ``fast_accum``: sums kept in the tensor cores), or bf16 in [128, 64] blocks without."""
     from conftest import aot
     from triton.experimental.gluon import language as gl
 
@@ -257,9 +257,10 @@ def _gluon_scaled_tiles(scaled: bool, fast_accum: bool = False):
     c_layout = gl.NVMMASharedLayout.get_default_for([64, 128], gl.bfloat16)
     scale = "*fp32" if scaled else "*bf16"  # without scales the call passes C, which the kernel does not read
     signature = {"a_desc": desc, "b_desc": desc, "c_desc": f"tensordesc<bf16[64, 128],{c_layout!r}>",
-                 "a_scale": scale, "b_scale": scale, "M": "i32", "N": "i32", "K": "i32"}  # fmt: skip
-    constexprs = {"NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4, "CONSUMER_REGS": consumer_regs(scaled, fast_accum),
-                  "LOADER_REGS": 40, "SCALED": scaled, "FAST_ACCUM": fast_accum}  # fmt: skip
+                 "a_scale": scale, "b_scale": scale}  # fmt: skip
+    constexprs = {"M": 4096, "N": 3072, "K": 4096, "NUM_PROGRAMS": 132, "GROUP_M": 8, "STAGES": 4,
+                  "CONSUMER_REGS": consumer_regs(scaled, fast_accum), "LOADER_REGS": 40, "SCALED": scaled,
+                  "FAST_ACCUM": fast_accum}  # fmt: skip
     return aot(scaled_tiles, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, num_warps=4)
 
 

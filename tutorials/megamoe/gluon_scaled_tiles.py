@@ -296,9 +296,9 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
 
 @gluon.jit
 def scaled_tiles(
-    a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, SCALED: gl.constexpr,
-    FAST_ACCUM: gl.constexpr,
+    a_desc, b_desc, c_desc, a_scale, b_scale, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
+    NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, SCALED: gl.constexpr, FAST_ACCUM: gl.constexpr,
 ):  # fmt: skip
     """C [M, N] (bf16) = the block-scaled A [M, K] @ B [N, K]^T, a [128, 2 x 128] tile at a time (from the
     descriptors' [128, 128] blocks; C through ``c_desc``'s [64, 128] blocks), tiles handed out round-robin to
@@ -307,7 +307,9 @@ def scaled_tiles(
     multiples of the tile, K of 256, STAGES 2 to 4 (48 KB each, beside the consumers' two 16 KB store
     buffers). FAST_ACCUM: each sum kept in the tensor cores (:func:`_k_loop_fast`). SCALED off: bf16 A and B
     in [128, 64] blocks, no scales (``a_scale`` and ``b_scale`` are not read), the persistent kernel's bf16 K
-    loop (``_k_loop_bf16``)."""
+    loop (``_k_loop_bf16``). The shape is compiled in: passed at run time, the tile loop's values left the
+    second consumer's promoted K loop too few registers (ptxas of Triton 3.6-3.9 spilled inside it, and the
+    tile took twice its time)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     HALF: gl.constexpr = b_desc.block_type.shape[0]
@@ -335,8 +337,8 @@ def consumer_regs(scaled: bool, fast_accum: bool) -> int:
     MegaMoE kernel's Gluon program; Triton gives the first consumer (the default partition) what the 64K
     registers leave beside it and the loader's warpgroup at 40: 464 minus this, rounded down to 8. 248
     (216 for the first) for the promoted fp8 loop's two 64 x 128 sums and a K block's product: at 232 each
-    ptxas 13.4 spilled inside this tile's K loop and Triton 3.7's ptxas inside the persistent kernel's, at
-    240 more; 232 for both where a consumer holds two accumulators."""
+    Triton 3.7's ptxas spilled inside the persistent kernel's K loops, at 240 more; 232 for both where a
+    consumer holds two accumulators."""
     return 248 if scaled and not fast_accum else 232
 
 
