@@ -161,7 +161,8 @@ def assert_no_spills(ptx: str, tmp_path: Path) -> None:
 
 def sass_cfg(sass: list[str]) -> tuple[list[list[int]], list[set[int]]]:
     """Basic blocks (indices into ``sass``, nvdisasm lines) and each block's successors. A label starts a
-    block; a branch or an exit ends one; an unpredicated ``BRA``, ``EXIT`` or ``RET`` does not fall through."""
+    block; a branch or an exit ends one; an unpredicated ``BRA``, ``EXIT`` or ``RET`` does not fall through.
+    A ``BRX`` (the jump into a warp-specialized partition) goes to each of its ``BRANCH_TARGETS``."""
     blocks: list[list[int]] = [[]]
     labels: dict[str, int] = {}
     for i, line in enumerate(sass):
@@ -178,6 +179,8 @@ def sass_cfg(sass: list[str]) -> tuple[list[list[int]], list[set[int]]]:
     for b, block in enumerate(blocks):
         last = sass[block[-1]] if block else ""
         out = {labels[m[1]]} if (m := re.search(r"BRA `\((\.L_x_\d+)\)", last)) else set()
+        if targets := re.search(r'BRANCH_TARGETS ([^"]+)"', last):
+            out |= {labels[name.strip()] for name in targets[1].split(",")}
         ends = re.search(r"\b(BRA|BRX|EXIT|RET)\b", last) and not re.match(r"\s*(/\*\w+\*/)?\s*@", last)
         if not ends and b + 1 < len(blocks):
             out.add(b + 1)
@@ -186,7 +189,8 @@ def sass_cfg(sass: list[str]) -> tuple[list[list[int]], list[set[int]]]:
 
 
 def natural_loops(succ: list[set[int]]) -> dict[int, set[int]]:
-    """The natural loops of a CFG entered at block 0: each loop header and the blocks of its loop (the
+    """The natural loops of a CFG whose entries are block 0 and every block no other block branches to (a
+    function of the listing, or a partition's code): each loop header and the blocks of its loop (the
     header, and every block that reaches one of its back edges' sources without passing the header). A
     back edge is an edge to a block that dominates its source; nvdisasm's out-of-line retry blocks that
     branch back into a loop are thus part of that loop, not loops of their own."""
@@ -195,13 +199,15 @@ def natural_loops(succ: list[set[int]]) -> dict[int, set[int]]:
     for b, out in enumerate(succ):
         for t in out:
             pred[t].add(b)
+    entries = {0} | {b for b in range(n) if not pred[b] - {b}}
     dom = [set(range(n)) for _ in range(n)]
-    dom[0] = {0}
+    for b in entries:
+        dom[b] = {b}
     changed = True
     while changed:
         changed = False
-        for b in range(1, n):
-            new = set.intersection(*(dom[p] for p in pred[b])) | {b} if pred[b] else {b}
+        for b in set(range(n)) - entries:
+            new = set.intersection(*(dom[p] for p in pred[b])) | {b}
             if new != dom[b]:
                 dom[b], changed = new, True
     loops: dict[int, set[int]] = {}

@@ -385,7 +385,8 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
 
 def test_spills_count_only_inside_the_loops_that_run_wgmma():
     """``wgmma_loop_spills`` reports the spills of an innermost wgmma loop, not those of the loop around it,
-    of straight-line code or of code after the loop that an out-of-line block branches back over."""
+    of straight-line code or of code after the loop that an out-of-line block branches back over, also in a
+    warp-specialized partition."""
     sass = """
         STL [R1], R2 ;
     .L_x_1:
@@ -416,3 +417,19 @@ def test_spills_count_only_inside_the_loops_that_run_wgmma():
     """.splitlines()
     assert wgmma_loop_spills(retry) == []
     assert wgmma_loop_spills([*retry[:3], "    STL [R1+0x10], R8 ;", *retry[3:]]) == ["STL [R1+0x10], R8 ;"]
+    # a warp-specialized partition is entered through the BRX of the kernel's start, at its tile loop's head
+    # (a block other blocks branch to): its K loop is a loop of that partition's
+    partition = """
+        BRX R2 -0x40 (*"BRANCH_TARGETS .L_x_5,.L_x_6"*);
+    .L_x_5:
+        EXIT ;
+    .L_x_6:
+        LDL R3, [R1] ;
+    .L_x_7:
+        QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24 ;
+        STL [R1+0x4], R9 ;
+        @P0 BRA `(.L_x_7) ;
+        @P1 BRA `(.L_x_6) ;
+        EXIT ;
+    """.splitlines()
+    assert wgmma_loop_spills(partition) == ["STL [R1+0x4], R9 ;"]
