@@ -260,7 +260,7 @@ def t3_persistent(gpus: int) -> Suite:
         Step("w1_bf16", (*megamoe, "--cases", "small", "equiv", "wide", *every_routing, "--json", "{dir}/correct.json"),
              100),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "wide", *every_routing, "--json",
-                        "{dir}/correct.json"), 100),  # the Gluon kernel at the production load, Triton's at H 7168
+                        "{dir}/correct.json"), 100),  # the Gluon kernel at the production load and H 7168
         Step("benchmark_bf16", (*bench, "--precision", "bf16"), 55, benchmark=True),
         Step("benchmark_fp8", (*bench, "--precision", "fp8"), 60, benchmark=True),  # Gluon and its Triton twin
         Step("w2_bf16_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", *shared, standalone=False), 60, shared_gpu=True),
