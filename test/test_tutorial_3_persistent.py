@@ -253,6 +253,8 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"dispatch_rows": 8}, "16 KB stage buffer.*got 8 \\* 4096"),
     (PRODUCTION, {"dispatch_rows": 4}, "16 KB stage buffer.*got 4 \\* 8192"),
+    (MoEConfig(7168, 2048, 16, 8, 512, precision="fp8"), {"dispatch_rows": 4},
+     "rounded up to a power of two.*got 4 \\* 8192: lower dispatch_rows"),
     (MoEConfig(4096, 1536, 64, 33, 512, precision="fp8"), {}, "top_k must be <= 32, got 33"),
 ])  # fmt: skip
 def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
@@ -373,14 +375,10 @@ def test_default_knobs_build_their_launch_and_descriptors(precision, hidden):
     from tutorials.megamoe.megamoe import meta_bindings
 
     cfg = MoEConfig(hidden, 2048, 16, 8, 512, precision=precision)
-    pc = choose_persistent(cfg)
-    assert pc.gluon  # every hidden size a multiple of 256
-    launch = persistent_launch(cfg, pc, 132)
-    bound = meta_bindings(cfg, pc)
-    assert {key for _, key in launch.params} - {None} <= set(bound)
-    triton_pc = choose_persistent(cfg, gluon=False)
-    assert {key for _, key in persistent_launch(cfg, triton_pc, 132).params} - {None} <= set(
-        meta_bindings(cfg, triton_pc))
+    assert choose_persistent(cfg).gluon  # every hidden size a multiple of 256
+    for pc in (choose_persistent(cfg), choose_persistent(cfg, gluon=False)):
+        launch = persistent_launch(cfg, pc, 132)
+        assert {key for _, key in launch.params} - {None} <= set(meta_bindings(cfg, pc))
 
 
 def test_wait_names_are_the_device_table():

@@ -93,8 +93,8 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = Fal
     K-major copy of the weights it makes), with 128-row tiles, every GEMM operand through TMA, 4 stages,
     4 slots per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2
     tokens do not fit a stage's A buffer, as at H 7168 and 8192, whose rows' TMA boxes take 32 chunks of 256
-    columns), 4 tokens per combine item (an item takes one
-    column chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
+    columns), 4 tokens per combine item (an item takes one column chunk of them: at the production load the
+    last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
     big = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts > 96
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
@@ -145,14 +145,14 @@ def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def row_boxes(cfg: MoEConfig) -> int:
+def _row_boxes(cfg: MoEConfig) -> int:
     """256-column chunks in a Gluon dispatch box of one token's row: H / 256 rounded up to a power of two."""
     return next_pow2(cfg.hidden // 256)
 
 
 def _row_bytes(cfg: MoEConfig) -> int:
     """Bytes of a token's row as the Gluon dispatch box holds it: e4m3 in fp8, else bf16."""
-    return row_boxes(cfg) * 256 * (1 if cfg.precision == "fp8" else 2)
+    return _row_boxes(cfg) * 256 * (1 if cfg.precision == "fp8" else 2)
 
 
 def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
@@ -337,10 +337,10 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         # change from call to call: the kernel makes their descriptor)
         unswizzled = X_CHUNKS.value if cfg.precision == "fp8" else Y_CHUNKS.value
         out["pair_desc"] = GluonDescriptor.from_tensor(
-            workspace["a_sorted"].view(-1, hid // 256, 256), [1, row_boxes(cfg), 256], unswizzled)
+            workspace["a_sorted"].view(-1, hid // 256, 256), [1, _row_boxes(cfg), 256], unswizzled)
         if cfg.precision == "fp8":
             out["x_desc"] = GluonDescriptor.from_tensor(
-                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, row_boxes(cfg), 256], unswizzled)
+                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, _row_boxes(cfg), 256], unswizzled)
         return out
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
