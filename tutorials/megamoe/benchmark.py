@@ -9,20 +9,22 @@ Layers, side by side in one run (``--impls``, default ``launches``): the call as
 same pairs for every expert, so no partial M tile where that is a multiple of it) gets fresh inputs, its
 own rows and its own JSON.
 
-Baselines, in the same run: at world 1 the torch bf16 per-expert loop (``reference.reference_bf16``);
-at world > 1 (one PE per GPU, NCCL) the expert-parallel torch layer with grouped GEMMs in the layer's
-precision (``ep_baseline``: ``all_to_all_single`` of the pairs, ``torch._grouped_mm`` or
-``torch._scaled_grouped_mm`` with row-wise scales, ``all_to_all_single`` back; its split sizes are
-exchanged once, before timing), row ``torch_ep_grouped``. With ``--ceilings`` (world 1) also the GEMMs alone in torch
-(``gemm_baselines``): torch's grouped GEMMs on pre-sorted pairs (``torch_grouped_gemms``) and the dense
-GEMMs of the same FLOPs (``dense_gemms``, cuBLAS: the ceiling), and every row's share of the dense
-ceiling (``of_dense_ceiling``: dense time / row time). With ``--world1 DIR`` (world > 1) each layer's
-CUDA-graph time is divided by the world-1 time of the same per-rank load read from the JSON a world-1
-run of this script wrote into DIR (``vs_world1``, goal ``WORLD1_RATIO_GOAL``). Every layer and the
-baseline are checked against the float32 reference before timing (and the graphs after): the benchmark
-exits 1 when one is off by more than the correctness check allows, else 2 when the production load's
-persistent graph misses its goal (``GOALS_US`` at world 1, ``GOALS_US_PER_RANK`` at world > 1, random
-routing) or the world-1 ratio misses its goal, else 0.
+Baselines, in the same run: at world 1 the torch bf16 per-expert loop (``reference.reference_bf16``); at
+world > 1 (one PE per GPU, NCCL) the expert-parallel torch layer with grouped GEMMs in the layer's precision
+(``ep_baseline``: ``all_to_all_single`` of the pairs, ``torch._grouped_mm`` or ``torch._scaled_grouped_mm``
+with row-wise scales, ``all_to_all_single`` back; its split sizes are exchanged once, before timing), row
+``torch_ep_grouped``. With ``--ceilings`` (world 1) also the GEMMs alone in torch (``gemm_baselines``):
+torch's grouped GEMMs on pre-sorted pairs (``torch_grouped_gemms``) and the dense GEMMs of the same FLOPs
+(``dense_gemms``, cuBLAS: the ceiling), and every row's share of the dense ceiling (``of_dense_ceiling``:
+dense time / row time); in fp8 also those dense GEMMs with the layer's block scales and float32 promotion
+(``dense_gemms_block_scaled``: the ceiling of the same arithmetic, ``of_dense_block_scaled``; where torch's
+cuBLAS has no block scaling the JSON says so instead). With ``--world1 DIR`` (world > 1) each layer's
+CUDA-graph time is divided by the world-1 time of the same per-rank load read from the JSON a world-1 run of
+this script wrote into DIR (``vs_world1``, goal ``WORLD1_RATIO_GOAL``). Every layer and the baseline are
+checked against the float32 reference before timing (and the graphs after): the benchmark exits 1 when one
+is off by more than the correctness check allows, else 2 when the production load's persistent graph misses
+its goal (``GOALS_US`` at world 1, ``GOALS_US_PER_RANK`` at world > 1, random routing) or the world-1 ratio
+misses its goal, else 0.
 
 Timing. World 1: medians of ``triton.testing.do_bench`` (L2 flushed between repeats; with ``--rounds N``
 every row in turn N times, ``--rep-ms / N`` each, and the median of a row's rounds, so that variants
@@ -69,7 +71,7 @@ from ..common.run_metadata import run_metadata
 from ..common.timing import percentile, rank_max
 from .config import MoEConfig
 from .ep_baseline import dispatch_compute_combine, experts_for, plan
-from .gemm_baselines import dense_gemms, grouped_gemms
+from .gemm_baselines import dense_block_scaled_gemms, dense_gemms, grouped_gemms
 from .megamoe import IMPLS, TIMED_ROUTINGS, TOL_NORM, TOL_NORM_FP8_VS_FP32, MegaMoE, make_inputs, make_weights
 from .persistent_launch import knob_overrides, persistent_config
 from .reference import reference, reference_bf16
@@ -94,7 +96,7 @@ SINGLE_KERNELS = {"route_alone": ("moe_route",), "plan_alone": ("moe_plan",)}
 # Rows besides each layer's ``_eager`` / ``_graph`` rows that run the expert GEMMs of a whole call, so that
 # an achieved TFLOP/s (and a fraction of the roofline or of the dense ceiling) means something.
 FLOP_ROWS = ("grouped_gemms", "grouped_gemms_fused", "torch_reference_bf16", "torch_ep_grouped",
-             "torch_grouped_gemms", "dense_gemms")  # fmt: skip
+             "torch_grouped_gemms", "dense_gemms", "dense_gemms_block_scaled")  # fmt: skip
 # The rows of each layer the benchmark builds (``--impls``, at world 1 in bf16 the launches with L1 and L2 as
 # one launch, beside a Gluon persistent layer its Triton twin), and the name of its output error.
 # ``persistent_triton``: the Triton persistent kernel beside a persistent layer that runs the Gluon one.
@@ -346,9 +348,17 @@ def _bench_routing(
             timed["grouped_gemms_fused"] = lambda b=fused, each=each: each.run(b, t, only=("moe_gemms",))
     timed[baseline_name] = baseline
     pairs = t * k
+    unavailable: dict[str, str] = {}  # rows that could not run here, and why
     if world == 1 and args.ceilings:
         timed["torch_grouped_gemms"] = grouped_gemms(x, ids, w1, w2, args.precision)
         timed["dense_gemms"] = dense_gemms(pairs, h, i, args.precision, dev)
+        if args.precision == "fp8":
+            block_scaled = dense_block_scaled_gemms(pairs, h, i, dev)
+            try:
+                block_scaled()
+                timed["dense_gemms_block_scaled"] = block_scaled
+            except RuntimeError as e:  # torch's cuBLAS without block scaling (before CUDA 12.9, not sm_90)
+                unavailable["dense_gemms_block_scaled"] = str(e).splitlines()[0]
     rows: dict[str, float] = {}
     spread: dict[str, dict[str, float]] = {}
     if world == 1 and args.timing == "do_bench":
@@ -421,9 +431,11 @@ def _bench_routing(
         },
         "errors": failures,
     }
-    if "dense_gemms_ms" in rows:  # the dense same-FLOPs GEMMs as the ceiling
-        result["of_dense_ceiling"] = {name: rows["dense_gemms_ms"] / rows[f"{name}_ms"]
-                                      for name in timed if counts_flops(name)}  # fmt: skip
+    if unavailable:
+        result["unavailable_rows"] = unavailable
+    for ceiling, key in (("dense_gemms", "of_dense_ceiling"), ("dense_gemms_block_scaled", "of_dense_block_scaled")):
+        if f"{ceiling}_ms" in rows:  # the dense same-FLOPs GEMMs as a ceiling
+            result[key] = {name: rows[f"{ceiling}_ms"] / rows[f"{name}_ms"] for name in timed if counts_flops(name)}
     per_rank_load = (h, i, cfg.local_experts, k, t) == PRODUCTION_LOAD[:5]
     goal_us = (GOALS_US if world == 1 else GOALS_US_PER_RANK).get(args.precision) if per_rank_load else None
     if goal_us and routing == "random" and "persistent_graph_ms" in rows:
@@ -487,12 +499,15 @@ def _report(result: dict, routing: str, args: argparse.Namespace) -> None:
         f"top-k={shape['top_k']} T={shape['tokens']} world={shape['world']} {args.precision} {routing}; "
         f"rel err vs fp32: {errs}"
     )
-    dense = result.get("of_dense_ceiling", {})
+    dense, block_scaled = result.get("of_dense_ceiling", {}), result.get("of_dense_block_scaled", {})
     for name, ms in rows.items():
         row = name.removesuffix("_ms")
         tf = f"  {tflops[row]:6.1f} TFLOP/s per GPU" if row in tflops else ""
         of_dense = f"  {dense[row]:6.1%} of dense" if row in dense else ""
-        print(f"  {name:30} {ms * 1e3:9.1f} us{tf}{of_dense}")
+        of_block = f", {block_scaled[row]:6.1%} of block-scaled dense" if row in block_scaled else ""
+        print(f"  {name:30} {ms * 1e3:9.1f} us{tf}{of_dense}{of_block}")
+    for row, why in result.get("unavailable_rows", {}).items():
+        print(f"  {row}: not timed ({why})")
     rf = result["roofline"]
     fractions = ", ".join(f"{n.removeprefix('fraction_')} {v:.0%}" for n, v in rf.items() if n.startswith("fraction_"))
     print(f"  {'roofline (no comm.)':30} {rf['roofline_ms'] * 1e3:9.1f} us   of roofline: {fractions}")

@@ -11,6 +11,10 @@ bounds what the layer's GEMMs can reach:
 * :func:`dense_gemms`: the same FLOPs as two dense GEMMs with one weight matrix each ([pairs, H] x
   [H, 2I], [pairs, I] x [I, H]): ``torch.matmul`` (bf16) or ``torch._scaled_mm`` with row-wise scales and
   fast accumulation (fp8). cuBLAS on this is the dense ceiling a grouped layer is compared with.
+* :func:`dense_block_scaled_gemms` (fp8): the same two dense GEMMs with the layer's numerics, e4m3 with a
+  scale per row and 128 columns of A and per 128 x 128 block of the weights, each K block's product
+  promoted into float32 sums (cuBLAS's block-scaled ``torch._scaled_mm``, :func:`block_scaled_mm`): the
+  dense ceiling of the same arithmetic.
 
 Inputs are bf16 (tokens ``x`` [T, H], all experts' ``w1`` [E, H, 2I] and ``w2`` [E, I, H]); fp8 operands
 are quantized once, outside the timed callable (h inside it: the layer quantizes h too).
@@ -22,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from .quant import FP8, FP8_MAX
+from .quant import FP8, FP8_MAX, quantize_blocks, quantize_rows
 from .reference import swiglu
 
 
@@ -91,3 +95,23 @@ def dense_gemms(
         )
 
     return run
+
+
+def block_scaled_mm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """bf16 ``a @ w.T`` of e4m3 ``a`` [M, K] with :func:`quant.quantize_rows`' scales [M, K / 128] and e4m3
+    ``w`` [N, K] with :func:`quant.quantize_blocks`' scales [N / 128, K / 128], by cuBLAS's block-scaled GEMM
+    (sm_90, CUDA 12.9 or later; it promotes every 128-deep K block into float32 and has no fast
+    accumulation). cuBLAS takes A's scales outer-dimension-major, hence the copy."""
+    return torch._scaled_mm(a, w.t(), a_scale.t().contiguous().t(), w_scale.t(), out_dtype=torch.bfloat16,
+                            use_fast_accum=False)  # fmt: skip
+
+
+def dense_block_scaled_gemms(pairs: int, hidden: int, intermediate: int, device: torch.device) -> Callable[[], object]:
+    """The FLOPs of both expert GEMMs of ``pairs`` pairs as two dense block-scaled fp8 GEMMs (module
+    docstring); a RuntimeError from torch at the first call means its cuBLAS has no block scaling."""
+    g = torch.Generator(device=device).manual_seed(0)
+    a1, s_a1 = quantize_rows(torch.randn(pairs, hidden, generator=g, device=device))
+    a2, s_a2 = quantize_rows(torch.randn(pairs, intermediate, generator=g, device=device))
+    w1, s_w1 = quantize_blocks(torch.randn(2 * intermediate, hidden, generator=g, device=device))
+    w2, s_w2 = quantize_blocks(torch.randn(hidden, intermediate, generator=g, device=device))
+    return lambda: (block_scaled_mm(a1, s_a1, w1, s_w1), block_scaled_mm(a2, s_a2, w2, s_w2))

@@ -26,7 +26,10 @@ routing, gathers or waits, and against cuBLAS on the same FLOPs:
   rescaled per K block (``fast_accum``);
 * ``gluon`` (bf16): the same Gluon tile without scales, with the persistent kernel's bf16 K loop (4 K blocks of
   64 an iteration, drained before the back edge);
-* ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16).
+* ``cublas``: ``torch._scaled_mm`` (fp8, row-wise scales, fast accumulation) / ``torch.matmul`` (bf16);
+* ``cublas_blocks`` (fp8): cuBLAS's block-scaled GEMM on the same operands and scales as the Triton and Gluon
+  tiles, each K block's product promoted into float32 (``gemm_baselines.block_scaled_mm``): the tile's own
+  arithmetic in cuBLAS.
 
 Each variant but ``noload`` is checked against a float32 matmul of the same operands. Prints a table
 (µs, TFLOP/s, µs per tile per SM) and writes JSON::
@@ -216,6 +219,14 @@ def run(m: int, n: int, k: int, precision: str, variant: str, programs: int, sta
             bt = bq.T
             fn = lambda: torch.matmul(aq, bt)  # noqa: E731
         got = fn()  # fp8 requantized row-wise: compared loosely (a wrong call is off by O(1))
+    elif variant == "cublas_blocks":
+        from .gemm_baselines import block_scaled_mm
+
+        fn = lambda: block_scaled_mm(aq, a_s, bq, b_s)  # noqa: E731
+        try:
+            got = fn()
+        except RuntimeError as exc:  # torch's cuBLAS without block scaling (CUDA before 12.9)
+            return {**row, "error": f"RuntimeError: {str(exc).splitlines()[0][:300]}"}
     else:
         if not variant.startswith("gluon"):
             scaled = {"scaled": 1, "prefetch": 2, "prefetch64x2": 2, "noload": 3, "wide": 2, "fresh": 2}.get(variant, 0)
@@ -273,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             stage_counts = {"prefetch64x2": [2]}
             if args.only:
                 names = [v for v in names if v in args.only]
-            runs = [("cublas", 0)] + [(v, s) for v in names for s in stage_counts.get(v, args.stages)]
+            ceilings = [("cublas", 0), ("cublas_blocks", 0)] if precision == "fp8" else [("cublas", 0)]
+            runs = ceilings + [(v, s) for v in names for s in stage_counts.get(v, args.stages)]
             for variant, stages in runs:
                 r = run(m, n, k, precision, variant, sms, stages)
                 rows.append(r)
