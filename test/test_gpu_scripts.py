@@ -127,6 +127,16 @@ def test_t3_persistent_reports_the_graph_rows_and_the_goal(tmp_path):
     assert lines[2].startswith("T3 fp8 balanced: megamoe_graph 341.0 us") and "goal" not in lines[2]
 
 
+def test_t3_persistent_times_variants_beside_the_defaults(monkeypatch):
+    monkeypatch.setenv("T3_VARIANTS_FP8", "pack2:combine_pack=2 d8:dispatch_rows=8")
+    steps = {s.name: s for s in suites.t3_persistent(1).steps}
+    fp8, bf16 = steps["benchmark_fp8"], steps["benchmark_bf16"]
+    assert fp8.command[-6:] == ("--variant", "pack2:combine_pack=2", "--variant", "d8:dispatch_rows=8", "--rounds",
+                                "3")  # fmt: skip
+    assert "--variant" not in bf16.command and "--rounds" not in bf16.command
+    assert fp8.timeout_s == 60 + 2 * 25 and bf16.timeout_s == 55
+
+
 def test_every_tutorial_runs_its_suite_through_the_runner():
     run_gpus = [ROOT / "tutorials" / tutorial / "run_gpu.sh" for tutorial in TUTORIALS]
     assert sorted(ROOT.glob("tutorials/*/run_gpu.sh")) == sorted(run_gpus)

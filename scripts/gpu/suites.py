@@ -74,13 +74,14 @@ def _torchrun(world: int, module: str, *args: str, standalone: bool = True) -> t
 
 
 def core(gpus: int) -> Suite:
-    """The compiler core: the GPU tests (the core's and Tutorial 3's Gluon arithmetic), elementwise bandwidth vs
-    pure Triton, the NVSHMEM ring at 1, 2 and 4 PEs on GPU 0."""
+    """The compiler core: the GPU tests (the core's, Tutorial 3's Gluon arithmetic and its block-scaled dense
+    ceiling), elementwise bandwidth vs pure Triton, the NVSHMEM ring at 1, 2 and 4 PEs on GPU 0."""
     return Suite("core", [
         Step("doctor", ("triton-raw", "doctor"), 60, required=False),
         # -o pythonpath=: the checkout's root stays behind the installed plugin on sys.path (setup.sh)
         Step("pytest", ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "pythonpath=",
-                        "test/test_gpu_core.py", "test/test_tutorial_3_gluon_arithmetic.py"), 240),
+                        "test/test_gpu_core.py", "test/test_tutorial_3_gluon_arithmetic.py",
+                        "test/test_tutorial_3_gemm_baselines.py"), 240),
         Step("bandwidth", ("python3", "-m", "bench.elementwise_bandwidth", "--out", "{dir}"), 120),
         Step("ring", ("python3", "-m", "scripts.gpu.nvshmem_ring", "--world", "1", "2", "4", "--steps", "20",
                       "--out", "{dir}"), 400, shared_gpu=True),
@@ -246,12 +247,22 @@ def t3_persistent(gpus: int) -> Suite:
     both impls side by side at the production load (random and skewed routing, CUDA graphs, torch's
     grouped and dense GEMMs as ceilings; GOAL_MISSED when the persistent graph misses its goal), then 2
     and 4 PEs sharing the GPU, bf16 and fp8, every routing (a rank without tokens in the second call). Knobs
-    for a sweep: ``T3_KNOBS="block_m=128 num_stages=3"`` reaches both benchmarks."""
+    for a sweep: ``T3_KNOBS="block_m=128 num_stages=3"`` reaches both benchmarks; ``T3_VARIANTS_BF16`` /
+    ``T3_VARIANTS_FP8`` (``LABEL:NAME=VALUE,...`` separated by spaces) add persistent layers with those knobs to
+    that precision's benchmark, timed beside the defaults in 3 rounds."""
     persistent = ("--impl", "persistent", "--iters", "3")
     megamoe = ("python3", "-m", f"{T3}.megamoe", *persistent)
     knobs = [arg for knob in os.environ.get("T3_KNOBS", "").split() for arg in ("--knob", knob)]
     bench = ("python3", "-m", f"{T3}.benchmark", "--impls", "launches", "persistent", "--routing", "random",
              "skewed", "--ceilings", *knobs, "--out", "{dir}")  # fmt: skip
+    variants = {p: os.environ.get(f"T3_VARIANTS_{p.upper()}", "").split() for p in ("bf16", "fp8")}
+
+    def benchmark(precision: str, limit_s: int) -> Step:
+        extra = [arg for v in variants[precision] for arg in ("--variant", v)]
+        rounds = ("--rounds", "3") if extra else ()
+        return Step(f"benchmark_{precision}", (*bench, "--precision", precision, *extra, *rounds),
+                    limit_s + 25 * len(variants[precision]), benchmark=True)  # fmt: skip
+
     every_routing = ("--routing", "random", "skewed", "balanced", "crowded")
     shared = (*persistent, "--cases", "small", *every_routing, "--json", "{dir}/correct.json")
     # on a fresh H100: w1 53 s (bf16) and 45 s (fp8), the benchmarks 31 and 27 s, every routing at world 2 31 s
@@ -261,8 +272,8 @@ def t3_persistent(gpus: int) -> Suite:
              100),
         Step("w1_fp8", (*megamoe, "--precision", "fp8", "--cases", "small", "equiv", "wide", *every_routing, "--json",
                         "{dir}/correct.json"), 100),  # the Gluon kernel at the production load and H 7168
-        Step("benchmark_bf16", (*bench, "--precision", "bf16"), 55, benchmark=True),
-        Step("benchmark_fp8", (*bench, "--precision", "fp8"), 60, benchmark=True),  # Gluon and its Triton twin
+        benchmark("bf16", 55),
+        benchmark("fp8", 60),  # Gluon and its Triton twin
         Step("w2_bf16_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", *shared, standalone=False), 60, shared_gpu=True),
         Step("w2_fp8_shared_gpu_mps", _torchrun(2, f"{T3}.megamoe", *shared, "--precision", "fp8", standalone=False),
              55, shared_gpu=True),
