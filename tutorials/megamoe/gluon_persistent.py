@@ -738,11 +738,10 @@ def _combine_tokens(idx, me, wait_ms, table, COMBINE_ROWS: gl.constexpr, COMBINE
 
 
 @gluon.jit
-def _combine_token(rows, t, table, K: gl.constexpr, K_P2: gl.constexpr, BOXES: gl.constexpr, L: gl.constexpr):
-    """Token ``t``'s weighted sum of its K pairs' rows of the chunk (``rows``: [K_P2 * BOXES, 256] in shared
-    memory, a pair's BOXES rows after another) as its ``cols`` of y (bf16)."""
-    kk = gl.arange(0, K_P2, layout=gl.BlockedLayout([1], [32], [4], [0]))
-    w = gl.load(_buffer(table, RECV_W, gl.float32) + t * K + kk, mask=kk < K, other=0.0)
+def _combine_token(rows, w, kk, K: gl.constexpr, BOXES: gl.constexpr, L: gl.constexpr):
+    """A token's sum of its K pairs' rows of the chunk (``rows``: [K_P2 * BOXES, 256] in shared memory, a
+    pair's BOXES rows after another), each weighted by its entry of ``w`` (at ``kk``), as [BOXES, 256] bf16 in
+    layout L."""
     acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
     for k in gl.static_range(K):  # the pairs in order
         acc += gl.sum(gl.where(kk == k, w, 0.0), axis=0) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
@@ -764,6 +763,7 @@ def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, lo_bufs, ready,
     L: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     cols = (idx // COMBINE_BLOCKS * BLOCK_HC + gl.arange(0, BOXES, layout=gl.SliceLayout(1, L))[:, None] * 256
             + gl.arange(0, 256, layout=gl.SliceLayout(0, L))[None, :])  # fmt: skip
+    kk = gl.arange(0, K_P2, layout=gl.BlockedLayout([1], [32], [4], [0]))
     t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
     for q in range((tokens + COMBINE_PACK - 1) // COMBINE_PACK):
         if COMBINE_PACK == 1:
@@ -775,12 +775,13 @@ def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, lo_bufs, ready,
         s = step % STAGES
         if mine:
             t = (t0 + r).to(gl.int64)
+            w = gl.load(_buffer(table, RECV_W, gl.float32) + t * K + kk, mask=kk < K, other=0.0)  # before the wait
             if part == 1 and COMBINE_PACK == 2:
                 rows = _y_rows(lo_bufs.index(s), K_P2 * BOXES)
             else:
                 rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
             mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-            y = _combine_token(rows, t, table, K, K_P2, BOXES, L)
+            y = _combine_token(rows, w, kk, K, BOXES, L)
             _barrier()  # every warp's reads of the stage before it is handed back
             mbarrier.arrive(empty.index(s), count=1)
             gl.store(y_ptr + t * H + cols, y)
