@@ -125,6 +125,11 @@ def test_t3_persistent_reports_the_graph_rows_and_the_goal(tmp_path):
                         "goal <= 200 us: MET")  # fmt: skip
     assert extra["rows"][0]["graph_us"] == {"megamoe_graph": 341.0, "persistent_graph": 185.0}
     assert lines[2].startswith("T3 fp8 balanced: megamoe_graph 341.0 us") and "goal" not in lines[2]
+    bench["of_dense_block_scaled"] = {"persistent_graph": 0.81}
+    (tmp_path / "benchmark_fp8" / "t.json").write_text(json.dumps(bench))
+    lines, extra = suite.report(tmp_path, {})
+    assert "persistent_graph 185.0 us (54% of dense, 81% of block-scaled dense)" in lines[1]
+    assert extra["rows"][0]["of_dense_block_scaled"] == {"persistent_graph": 0.81}
 
 
 def test_t3_persistent_times_variants_beside_the_defaults(monkeypatch):

@@ -352,20 +352,27 @@ def t3_gluon(gpus: int) -> Suite:
     ], budget_s=570)  # fmt: skip
 
 
+def _shares(row: str, dense: dict[str, float], block_scaled: dict[str, float]) -> str:
+    """`` (54% of dense, 81% of block-scaled dense)`` for ``row``: the ceilings it has a share of."""
+    parts = [*([f"{dense[row]:.0%} of dense"] if row in dense else []),
+             *([f"{block_scaled[row]:.0%} of block-scaled dense"] if row in block_scaled else [])]  # fmt: skip
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _t3_persistent_goals(out: Path, results: dict[str, dict]) -> tuple[list[str], dict]:
     """Both impls' CUDA-graph rows read back from the benchmarks' JSON, with their share of the dense
-    ceiling and the persistent call's goal."""
+    ceiling (and in fp8 of the block-scaled dense ceiling, where it ran) and the persistent call's goal."""
     lines, rows = [], []
     for path in sorted([*(out / "benchmark_bf16").glob("*.json"), *(out / "benchmark_fp8").glob("*.json")]):
         if not (d := _load(path)):
             continue
         routing = d["shape"].get("routing") or ("skewed" if d["shape"]["skewed"] else "random")
         dense, goal = d.get("of_dense_ceiling", {}), d.get("goal")
+        blocks = d.get("of_dense_block_scaled", {})
         graphs = {n.removesuffix("_ms"): ms * 1e3 for n, ms in d["times_ms"].items() if n.endswith("_graph_ms")}
         rows.append({"precision": d["precision"], "routing": routing, "graph_us": graphs, "of_dense_ceiling": dense,
-                     "goal": goal})  # fmt: skip
-        cells = ", ".join(f"{name} {us:.1f} us" + (f" ({dense[name]:.0%} of dense)" if name in dense else "")
-                          for name, us in graphs.items())  # fmt: skip
+                     "of_dense_block_scaled": blocks, "goal": goal})  # fmt: skip
+        cells = ", ".join(f"{name} {us:.1f} us{_shares(name, dense, blocks)}" for name, us in graphs.items())
         verdict = f"; goal <= {goal['goal_us']:.0f} us: {'MET' if goal['met'] else 'MISSED'}" if goal else ""
         lines.append(f"T3 {d['precision']} {routing}: {cells}{verdict}")
     return (["world 1, CUDA graphs:", *lines] if lines else ["no benchmark JSON to read"]), {"rows": rows}
