@@ -772,8 +772,8 @@ def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, lo_bufs, ready,
         else:
             r = q * COMBINE_PACK + part
             mine = r < tokens
-        s = step % STAGES
         if mine:
+            s = step % STAGES
             t = (t0 + r).to(gl.int64)
             w = gl.load(_buffer(table, RECV_W, gl.float32) + t * K + kk, mask=kk < K, other=0.0)  # before the wait
             if part == 1 and COMBINE_PACK == 2:
@@ -785,10 +785,9 @@ def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, lo_bufs, ready,
             _barrier()  # every warp's reads of the stage before it is handed back
             mbarrier.arrive(empty.index(s), count=1)
             gl.store(y_ptr + t * H + cols, y)
+            step += 1
         else:
-            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-            mbarrier.arrive(empty.index(s), count=1)
-        step += 1
+            step = _pass_stages(ready, empty, 1, step, STAGES)
     return step
 
 
