@@ -98,6 +98,28 @@ def test_t3_benchmark_helpers():
     assert all(t3_benchmark.counts_flops(row) for row in rows) and not t3_benchmark.counts_flops("route_alone")
 
 
+def test_t3_report_names_both_ceilings_and_a_row_that_could_not_run(tmp_path, capsys):
+    """The printed rows carry each row's share of the dense and of the block-scaled dense ceiling; a ceiling
+    torch cannot run here is printed with torch's reason, and the JSON keeps it."""
+    import argparse
+
+    result = {
+        "shape": {**_t3_shape(1), "experts": 16}, "rel_errs_vs_fp32": {"megamoe_persistent": 4e-3},
+        "times_ms": {"persistent_graph_ms": 0.22, "dense_gemms_ms": 0.118},
+        "tflops_per_gpu": {}, "of_dense_ceiling": {"persistent_graph": 0.536},
+        "of_dense_block_scaled": {"persistent_graph": 0.8},
+        "unavailable_rows": {"dense_gemms_block_scaled": "scaled_gemm needs CUDA 12.9"},
+        "roofline": {"roofline_ms": 0.12}, "speedup_of": "persistent_graph", "baseline": "torch_reference_bf16",
+        "speedup_vs_baseline": 9.0, "errors": [],
+    }  # fmt: skip
+    t3_benchmark._report(result, "random", argparse.Namespace(precision="fp8", out=tmp_path))
+    printed = capsys.readouterr().out
+    assert "persistent_graph_ms" in printed and " 53.6% of dense,  80.0% of block-scaled dense" in printed
+    assert "dense_gemms_block_scaled: not timed (scaled_gemm needs CUDA 12.9)" in printed
+    (written,) = tmp_path.glob("tutorial3_megamoe_E16_w1_random_fp8_*.json")
+    assert json.loads(written.read_text())["unavailable_rows"] == result["unavailable_rows"]
+
+
 def _t3_shape(world: int, skewed: bool = False) -> dict:
     return {"hidden": 4096, "intermediate": 1536, "local_experts": 16, "top_k": 8, "tokens": 512, "world": world,
             "skewed": skewed}  # fmt: skip
