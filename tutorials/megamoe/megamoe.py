@@ -624,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routing", nargs="+", default=["random", "skewed"], choices=ROUTINGS)
     parser.add_argument("--iters", type=int, default=2, help="calls per layer (reuse across calls)")
     parser.add_argument(
-        "--precision", default="bf16", choices=PRECISIONS, help="fp8: e4m3 GEMMs, cases with H, I % 128 == 0"
+        "--precision", default="bf16", choices=PRECISIONS, help="fp8: e4m3 GEMMs, cases with H, I %% 128 == 0"
     )
     parser.add_argument(
         "--persistent-gemms", action="store_true", help="bf16: L1 and L2 as one persistent launch (one program per SM)"
