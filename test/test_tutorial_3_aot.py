@@ -383,31 +383,6 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
 
 
-def test_gluon_persistent_variants_prefetch_and_split_tails_without_spills(tmp_path):
-    """The fp8 Gluon kernel with ``prefetch_kb`` and ``split_tail`` compiles for sm_90: a bulk L2 prefetch
-    in the loader's L1 and L2 waits, and besides each consumer's 64 x 128 wgmmas the split tails' 64 x 64 ones
-    (lo and hi, L1 and L2), with no wgmma serialized, no spill in a K loop and shared memory within an SM's."""
-    from conftest import ptxas_report, sass
-
-    from tutorials.megamoe.persistent_launch import persistent_config, persistent_launch
-
-    ((cfg, _),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == "moe_persistent_gluon"]
-    pc = persistent_config(cfg, {"prefetch_kb": 16, "split_tail": True})
-    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
-    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
-                              options=aot.options_for(launch.name))  # fmt: skip
-    ptx = compiled.asm["ptx"]
-    assert len(re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global", ptx)) == 2
-    assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
-    code = sass(compiled.asm["cubin"], tmp_path)
-    # per consumer, K loop (L1, L2) and half (lo, hi): 4 wgmmas of K 32 per K block of 128
-    assert len(re.findall(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3", code)) == 2 * 2 * 2 * 4
-    assert len(re.findall(r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3", code)) == 2 * 2 * 2 * 4
-    spills = wgmma_loop_spills(code.splitlines())
-    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
-    assert compiled.metadata.shared <= SHARED_LIMIT
-
-
 def test_spills_count_only_inside_the_loops_that_run_wgmma():
     """``wgmma_loop_spills`` reports the spills of an innermost wgmma loop, not those of the loop around it,
     of straight-line code or of code after the loop that an out-of-line block branches back over, also in a

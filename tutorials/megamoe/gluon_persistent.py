@@ -109,15 +109,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import (
-    CONSUMER_ROWS,
-    _fill,
-    _k_loop,
-    _k_loop_bf16,
-    _k_loop_promoted,
-    _tma_load,
-    _tma_store,
-)
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -197,10 +189,10 @@ def _x_chunks(buf, rows: gl.constexpr, boxes: gl.constexpr):
 BUFFER_TABLE = (
     "x_sym", "x_scale", "topk_ids", "topk_w", "pair_rank", "send_count", "send_pairs",
     "plan_flag", "recv_ids", "recv_w", "recv_n", "layout", "sorted_row", "inv_pos", "a_sorted", "h", "h_scale",
-    "y_pair", "sched", "w1s", "w2s", "w1", "w2",
+    "y_pair", "sched", "w1s", "w2s",
 )  # fmt: skip
 (X_SYM, X_SCALE, IDS, WTS, RANK, SEND_COUNT, SEND_PAIRS, PLAN_FLAG, RECV_IDS, RECV_W, RECV_N, LAYOUT,
- SORTED_ROW, INV_POS, A_SORTED, H_BUF, H_SCALE, Y_PAIR, SCHED, W1S, W2S, W1, W2) = (
+ SORTED_ROW, INV_POS, A_SORTED, H_BUF, H_SCALE, Y_PAIR, SCHED, W1S, W2S) = (
     gl.constexpr(i) for i in range(len(BUFFER_TABLE)))  # fmt: skip
 
 
@@ -218,10 +210,6 @@ def moe_fence_gpu(): ...
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
 def moe_swiglu(gate, up): ...
-
-
-@dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
-def moe_prefetch_while_waiting(counter, expected, first, stride, rows, nbytes): ...
 
 
 @dialect(name="cuda", file=DEVICE_FILE, library="nvshmem")
@@ -522,17 +510,6 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, lo_bufs, ready, empty, table, idx,
 
 
 @gluon.jit
-def _prefetch_weights(counter, expected, weights, first_row, ROW_BYTES: gl.constexpr, KB: gl.constexpr):
-    """While ``counter`` is below ``expected`` (a GEMM item's operands not there yet), ask L2 for the first KB K
-    blocks (128 bytes of each row) of the item's 256 weight rows from ``first_row`` of ``weights`` (K-major rows
-    of ROW_BYTES): the first wave of L1 items, which wait for dispatch, would otherwise all read their weights
-    from HBM at once when it ends."""
-    BYTES: gl.constexpr = min(KB * 128, ROW_BYTES)
-    first = weights + first_row.to(gl.int64) * ROW_BYTES
-    moe_prefetch_while_waiting(counter, expected, first, gl.to_tensor(ROW_BYTES).to(gl.int64), 2 * QBLOCK, BYTES)
-
-
-@gluon.jit
 def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready, empty,
             items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
             INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
@@ -540,7 +517,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr,
             COMBINE_PACK: gl.constexpr, PLAN_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
             L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-            PREFETCH_KB: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+            TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -552,7 +529,6 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     N1: gl.constexpr = INTER // QBLOCK
     CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)  # L2 N tiles in a combine chunk
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    ELEMENT_BYTES: gl.constexpr = w1_desc.dtype.primitive_bitwidth // 8
     ROW_BOXES: gl.constexpr = pair_desc.block_type.shape[1]  # a row's 256-column chunks, padded to a power of two
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
@@ -568,16 +544,9 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                                                              CHUNK_TILES, E_LOC, EL_P2, GROUP_M)  # fmt: skip
             _publish(items, item_full, taken, item, pid_m, pid_n, expert, row0, row_end)
             if is_l2:
-                if PREFETCH_KB > 0:
-                    _prefetch_weights(sched_ptr + LANDED + M_TILES + pid_m, PARTS * N1, _buffer(table, W2, gl.int8),
-                                      expert * H + pid_n * 2 * QBLOCK, INTER * ELEMENT_BYTES, PREFETCH_KB)  # fmt: skip
                 moe_wait_async(sched_ptr + LANDED + M_TILES + pid_m, PARTS * N1, WAIT_L1, me, wait_ms)
             else:
-                landed = gl.minimum(row_end - row0, QBLOCK)
-                if PREFETCH_KB > 0:
-                    _prefetch_weights(sched_ptr + LANDED + pid_m, landed, _buffer(table, W1, gl.int8),
-                                      (expert * N1 + pid_n) * 2 * QBLOCK, H * ELEMENT_BYTES, PREFETCH_KB)  # fmt: skip
-                moe_wait_async(sched_ptr + LANDED + pid_m, landed, WAIT_LANDED, me, wait_ms)
+                moe_wait_async(sched_ptr + LANDED + pid_m, gl.minimum(row_end - row0, QBLOCK), WAIT_LANDED, me, wait_ms)
             if TRACE:
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if is_l2:
@@ -838,15 +807,14 @@ def _h_out(gate, up, h_ptr, hs_ptr, offs_m, row_end, pid_n, INTER: gl.constexpr)
 
 @gluon.jit
 def _block_out(v, out_ptr, offs_m, row_end, col0, ROW_LEN: gl.constexpr):
-    """The columns of a consumer's rows (``v``, 128 or 64, in the wgmma layout and the output's dtype) into rows
-    of ROW_LEN values at ``out_ptr`` from column ``col0``, 16 bytes per store after a layout conversion (a row
-    of 128 over 8 threads in fp8, 16 in bf16); rows past the expert's (an expert's last, partial tile, whose
+    """128 columns of a consumer's rows (``v``, in the wgmma layout and the output's dtype) into rows of
+    ROW_LEN values at ``out_ptr`` from column ``col0``, 16 bytes per store after a layout conversion (a row
+    over 8 threads in fp8, 16 in bf16); rows past the expert's (an expert's last, partial tile, whose
     further rows are the next expert's) are not stored."""
     VEC: gl.constexpr = 128 // v.dtype.primitive_bitwidth  # values in 16 bytes
-    COLS: gl.constexpr = v.shape[1]
-    rows_16b: gl.constexpr = gl.BlockedLayout([1, VEC], [VEC * 32 // COLS, COLS // VEC], [4, 1], [1, 0])
+    rows_16b: gl.constexpr = gl.BlockedLayout([1, VEC], [VEC * 32 // QBLOCK, QBLOCK // VEC], [4, 1], [1, 0])
     rows = gl.convert_layout(offs_m, gl.SliceLayout(1, rows_16b))
-    cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, rows_16b))
+    cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, rows_16b))
     out = out_ptr + gl.expand_dims(rows.to(gl.int64) * ROW_LEN, 1) + gl.expand_dims(cols, 0)
     gl.store(out, gl.convert_layout(v, rows_16b), mask=gl.expand_dims(rows < row_end, 1))
 
@@ -878,14 +846,13 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _gemm_part(slot, step, splits, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_bufs, pair_bar, table,
-               H: gl.constexpr, INTER: gl.constexpr, M_TILES: gl.constexpr, L2_START: gl.constexpr,
-               BLOCK_HC: gl.constexpr, ROW0: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-               FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, SPLIT_TAIL: gl.constexpr):  # fmt: skip
-    """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on): L1, SwiGLU
-    and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted in its combine chunk's
-    L2 count. An expert's last tile of at most 64 rows is the first consumer's alone, or with SPLIT_TAIL
-    (fp8) both consumers' (:func:`_split_tail`; ``splits``: those run so far). Returns (next step, splits)."""
+def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
+               M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
+               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr,
+               FAST_ACCUM: gl.constexpr):  # fmt: skip
+    """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
+    next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
+    in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
@@ -906,11 +873,7 @@ def _gemm_part(slot, step, splits, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_
     mbarrier.wait(ready.index(step % STAGES), (step // STAGES) & 1)
     offs_m = row0 + ROW0 + gl.arange(0, CONSUMER_ROWS, layout=gl.SliceLayout(1, mma))
     row_ok = offs_m < row_end
-    if SPLIT_TAIL and (row_end - row0 <= CONSUMER_ROWS):
-        step = _split_tail(is_l2, pid_n, expert, row0, row_end, step, splits, a_bufs, lo_bufs, hi_bufs, ready, empty,
-                           amax_bufs, pair_bar, table, H, INTER, ROW0 // CONSUMER_ROWS, STAGES)  # fmt: skip
-        splits += 1
-    elif row_end - row0 <= ROW0:  # none of this consumer's rows: the other's wgmmas get the tensor cores alone
+    if row_end - row0 <= ROW0:  # none of this consumer's rows: the other's wgmmas get the tensor cores alone
         step = _pass_stages(ready, empty, gl.where(is_l2, KB2, KB1), step, STAGES)
     elif not FP8:
         lo, hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, gl.where(is_l2, KB2, KB1), step, ROW0,
@@ -935,78 +898,14 @@ def _gemm_part(slot, step, splits, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_
         _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m, row_end,
                pid_n, INTER)  # fmt: skip
     _release(done)
-    return step, splits
-
-
-@gluon.jit
-def _split_tail(is_l2, pid_n, expert, row0, row_end, step, splits, a_bufs, lo_bufs, hi_bufs, ready, empty,
-                amax_bufs, pair_bar, table, H: gl.constexpr, INTER: gl.constexpr, PART: gl.constexpr,
-                STAGES: gl.constexpr):  # fmt: skip
-    """Consumer PART's share of an fp8 GEMM item on an expert's last tile of at most 64 rows: the tile's 64 A
-    rows against columns [64 PART, 64 PART + 64) of each 128-column half (wgmma N 64), so that each consumer
-    promotes while the other's wgmmas run, as on a full tile (one consumer alone waits for each of its own).
-    L1: SwiGLU of its 64 h columns, quantized with the row's scale over all 128 (each row's amax swapped with
-    the other consumer through ``amax_bufs``, :func:`_split_h_out`); L2: its columns of both halves into
-    y_pair. Returns the next step."""
-    N1: gl.constexpr = INTER // QBLOCK
-    N2: gl.constexpr = H // (2 * QBLOCK)
-    KB1: gl.constexpr = H // QBLOCK
-    KB2: gl.constexpr = INTER // QBLOCK
-    COLS: gl.constexpr = QBLOCK // 2
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, COLS, 32])
-    offs_m = row0 + gl.arange(0, CONSUMER_ROWS, layout=gl.SliceLayout(1, mma))
-    row_ok = offs_m < row_end
-    if is_l2:
-        lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2
-        lo, hi, step = _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty,
-                                        _buffer(table, H_SCALE, gl.float32) + offs_m.to(gl.int64) * KB2, row_ok,
-                                        lo_row, lo_row + KB2, KB2, step, 0, STAGES, mma, PART * COLS, COLS)  # fmt: skip
-        y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
-        col0 = pid_n * 2 * QBLOCK + PART * COLS
-        _block_out(lo.to(gl.bfloat16), y_pair, offs_m, row_end, col0, H)
-        _block_out(hi.to(gl.bfloat16), y_pair, offs_m, row_end, col0 + QBLOCK, H)
-    else:
-        rows = gl.load(_buffer(table, SORTED_ROW, gl.int32) + offs_m, mask=row_ok, other=0,
-                       cache_modifier=".cg").to(gl.int64)  # fmt: skip
-        gate_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1
-        gate, up, step = _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty,
-                                          _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row,
-                                          gate_row + KB1, KB1, step, 0, STAGES, mma, PART * COLS, COLS)  # fmt: skip
-        _split_h_out(gate, up, offs_m, row_end, pid_n, splits, amax_bufs, pair_bar, table, INTER, PART)
     return step
-
-
-@gluon.jit
-def _split_h_out(gate, up, offs_m, row_end, pid_n, splits, amax_bufs, pair_bar, table, INTER: gl.constexpr,
-                 PART: gl.constexpr):  # fmt: skip
-    """:func:`_h_out` for consumer PART's 64 of an h block's 128 columns (:func:`_split_tail`): each row's amax
-    over its columns goes to ``amax_bufs`` (two per parity of ``splits``), the other consumer's comes back
-    once both have arrived on ``pair_bar`` (the same parity), and the larger one gives the block's scale,
-    which the first consumer stores. A consumer writes a parity's buffer again only two splits later, after
-    the other has arrived on the next split's barrier, so after it read this one."""
-    v = moe_swiglu(gate, up)
-    amax = gl.max(gl.abs(v), axis=1)
-    parity = splits % 2
-    amax_bufs.index(2 * parity + PART).store(amax)
-    _barrier()  # every warp's store before the arrival
-    mbarrier.arrive(pair_bar.index(parity), count=1)
-    mbarrier.wait(pair_bar.index(parity), (splits // 2) & 1)
-    other = amax_bufs.index(2 * parity + 1 - PART).load(amax.type.layout)
-    scale = gl.div_rn(gl.maximum(gl.maximum(amax, other), _AMAX_FLOOR), _FP8_MAX)
-    q = _e4m3(_div_rn_by(v, gl.expand_dims(scale, 1)))
-    if PART == 0:
-        gl.store(_buffer(table, H_SCALE, gl.float32) + offs_m.to(gl.int64) * (INTER // QBLOCK) + pid_n, scale,
-                 mask=offs_m < row_end)  # fmt: skip
-    _block_out(q, _buffer(table, H_BUF, gl.float8e4nv), offs_m, row_end, pid_n * QBLOCK + PART * (QBLOCK // 2),
-               INTER)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the consumers and the kernel
 
 
 @gluon.jit
-def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_bufs, pair_bar, items, item_full,
-              item_free, logits_ptr,
+def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr,
               x_ptr, y_ptr, table, T, me, epoch, wait_ms, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
               E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
               EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
@@ -1014,15 +913,13 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_b
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, COMBINE_PACK: gl.constexpr,
               PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr,
               L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
-              LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
-              SPLIT_TAIL: gl.constexpr):  # fmt: skip
+              LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
     SM, in the item's trace row)."""
     step = 0
     taken = 0
-    splits = 0
     slot = _receive(items, item_full, item_free, taken)
     item = _word(slot, SLOT_ITEM)
     while item < item_end:
@@ -1040,9 +937,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_b
             # the loader ran it (_dispatch_rows): hand back the stage it used
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
-            step, splits = _gemm_part(slot, step, splits, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_bufs, pair_bar,
-                                      table, H, INTER, M_TILES, L2_START, BLOCK_HC, part * CONSUMER_ROWS, STAGES,
-                                      LANDED, FP8, FAST_ACCUM, SPLIT_TAIL)  # fmt: skip
+            step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, lo_bufs, ready,
                                  empty, table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, COMBINE_PACK,
@@ -1066,8 +962,8 @@ def moe_persistent_gluon(
     LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
     COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, PREFETCH_KB: gl.constexpr,
-    TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, SPLIT_TAIL: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1089,11 +985,6 @@ def moe_persistent_gluon(
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
-    # the split tails' row amax, two consumers' per parity, and a barrier per parity (_split_h_out)
-    amax_bufs = gl.allocate_shared_memory(gl.float32, [4, CONSUMER_ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    pair_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(pair_bar.index(i), count=2)  # one arrival per consumer
     items = gl.allocate_shared_memory(gl.int32, [RING, SLOT_WORDS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     item_full = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
     item_free = gl.allocate_shared_memory(gl.int64, [RING, 1], mbarrier.MBarrierLayout())
@@ -1102,23 +993,21 @@ def moe_persistent_gluon(
         mbarrier.init(item_free.index(i), count=2)
     epoch = gl.load(epoch_ptr) + 1  # this call's; the last program stores it (item_end == N_ITEMS)
     gl.warp_specialize([
-        (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_bufs, pair_bar, items, item_full, item_free,
-                     logits_ptr, x_ptr, y_ptr,
+        (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, COMBINE_PACK, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM, SPLIT_TAIL)),
-        (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, amax_bufs, pair_bar, items, item_full, item_free,
-                     logits_ptr, x_ptr, y_ptr,
+                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM)),
+        (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, COMBINE_PACK, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM, SPLIT_TAIL)),
+                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, DISPATCH_BOX, COMBINE_ROWS,
                    COMBINE_BLOCKS, BLOCK_HC, COMBINE_PACK, PLAN_START, DISPATCH_START, L1_START, L2_START,
-                   COMBINE_START, STAGES, LANDED, PREFETCH_KB, TRACE, FP8)),
+                   COMBINE_START, STAGES, LANDED, TRACE, FP8)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

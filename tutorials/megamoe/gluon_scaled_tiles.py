@@ -143,15 +143,6 @@ def _row_scales(a_row, row_ok, lo_row, hi_row, kb, KB):
 
 
 @gluon.jit
-def _columns(b_buf, B0: gl.constexpr, BN: gl.constexpr):
-    """Rows [B0, B0 + BN) of a stage's B buffer (K-major: the tile's columns), the whole buffer unsliced."""
-    if BN == b_buf.shape[0]:
-        return b_buf
-    else:
-        return b_buf.slice(B0, BN)
-
-
-@gluon.jit
 def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0: gl.constexpr,
             STAGES: gl.constexpr, mma: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
     """The block-scaled fp8 K loop of a consumer's rows: :func:`_k_loop_promoted`, or :func:`_k_loop_fast`
@@ -161,34 +152,31 @@ def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_ro
                             STAGES, mma)  # fmt: skip
     else:
         return _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0,
-                                STAGES, mma, 0, lo_bufs.shape[1])  # fmt: skip
+                                STAGES, mma)  # fmt: skip
 
 
 @gluon.jit
 def _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
-                     ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr, B0: gl.constexpr,
-                     BN: gl.constexpr):  # fmt: skip
+                     ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
     """A consumer's rows (``ROW0`` of the stages' A rows on) of one tile over KB K blocks from ``step`` on:
-    (lo, hi, next step), the block-scaled sums of the BN columns from B0 of each half (``mma``'s wgmma N).
-    Each K block's product goes into a fresh accumulator (the tensor cores sum 128 K values) that the CUDA
-    cores scale and add to the float32 sum, lo then hi, as DeepGEMM promotes it. ``a_row``: the rows' A
-    scales (``row_ok``: the rows that have them); ``lo_row`` / ``hi_row``: the B blocks'; each block's scales
-    are loaded during the block before."""
-    sum_lo = gl.zeros([CONSUMER_ROWS, BN], gl.float32, layout=mma)
-    sum_hi = gl.zeros([CONSUMER_ROWS, BN], gl.float32, layout=mma)
-    part = gl.zeros([CONSUMER_ROWS, BN], gl.float32, layout=mma)
+    (lo, hi, next step), the block-scaled sums. Each K block's product goes into a fresh accumulator (the
+    tensor cores sum 128 K values) that the CUDA cores scale and add to the float32 sum, lo then hi, as
+    DeepGEMM promotes it. ``a_row``: the rows' A scales (``row_ok``: the rows that have them); ``lo_row`` /
+    ``hi_row``: the B blocks'; each block's scales are loaded during the block before."""
+    HALF: gl.constexpr = lo_bufs.shape[1]
+    sum_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    sum_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
+    part = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
     a_s, lo_s, hi_s = _row_scales(a_row, row_ok, lo_row, hi_row, 0, KB)
     for kb in range(KB):
         a_n, lo_n, hi_n = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
         s = step % STAGES
         mbarrier.wait(ready.index(s), (step // STAGES) & 1)
         a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
-        part = warpgroup_mma(a, _columns(lo_bufs.index(s), B0, BN).permute((1, 0)), part, use_acc=False,
-                             is_async=True)  # fmt: skip
+        part = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
         part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
         sum_lo += part * gl.expand_dims(a_s * lo_s, 1)
-        part = warpgroup_mma(a, _columns(hi_bufs.index(s), B0, BN).permute((1, 0)), part, use_acc=False,
-                             is_async=True)  # fmt: skip
+        part = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
         part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
         mbarrier.arrive(empty.index(s), count=1)
         sum_hi += part * gl.expand_dims(a_s * hi_s, 1)

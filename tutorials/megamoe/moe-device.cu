@@ -188,20 +188,6 @@ extern "C" __device__ void moe_bulk_stores_done(void) {
   asm volatile("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;" ::: "memory");
 }
 
-// While `*counter` (volatile read) is below `expected`, asks L2 for the first `bytes` of `rows` rows spaced
-// `stride` bytes from `first` (bulk prefetches, a row per lane in turn; `bytes` and the addresses multiples of
-// 16), and returns 0. A GEMM item whose operands are not there yet so streams its first weight K blocks from
-// HBM while it waits, instead of every program asking for them at once when its wait ends.
-extern "C" __device__ int moe_prefetch_while_waiting(const int *counter, int expected, const char *first,
-                                                     long long stride, int rows, int bytes) {
-  if (*static_cast<const volatile int *>(counter) < expected) {
-    for (int r = threadIdx.x & 31; r < rows; r += 32) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first + r * stride), "r"(bytes) : "memory");
-    }
-  }
-  return 0;
-}
-
 // moe_signal for one partition of a warp-specialized program, which has passed its own barrier before the
 // call (a CTA barrier would wait for the other partitions): the first thread of each calling warp fences
 // at system scope and stores the value with release (the same value from every warp: words only grow).

@@ -54,11 +54,7 @@ class PersistentConfig:
     Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
     with its sums in the tensor cores 128 rows. ``combine_pack`` (Gluon kernel): a combine item's tokens per
     stage, 1 (its A buffer) or 2 (its A and B lo buffers: half the stages per item, so that the next item's
-    rows load while this one's are summed). ``prefetch_kb`` (Gluon kernel): a GEMM item whose operands are not
-    there yet when its loader takes it (the first L1 items wait for dispatch) asks L2 for the first
-    ``prefetch_kb`` K blocks of its weight rows while it waits (0: none). ``split_tail`` (Gluon kernel, fp8
-    with promoted sums): an expert's last M tile of at most 64 pairs runs on both consumers, each on half of
-    every 128 columns, instead of on the first consumer alone.
+    rows load while this one's are summed).
     """
 
     block_m: int = 64
@@ -78,8 +74,6 @@ class PersistentConfig:
     dispatch_rows: int = 8
     combine_rows: int = 4
     combine_pack: int = 1
-    prefetch_kb: int = 0
-    split_tail: bool = False
     reduce_rows: int = 4
     trace: bool = False
     half_tail: bool = False
@@ -230,14 +224,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
-    if pc.prefetch_kb < 0 or (pc.prefetch_kb and not pc.gluon):
-        raise ValueError(f"PersistentConfig.prefetch_kb={pc.prefetch_kb}: K blocks (>= 0) that the Gluon kernel's "
-                         f"waiting GEMM items prefetch into L2; the Triton kernel has none, so it needs 0 "
-                         f"(or gluon=True)")  # fmt: skip
-    if pc.split_tail and not (pc.gluon and cfg.precision == "fp8" and not pc.fast_accum):
-        raise ValueError(f"PersistentConfig.split_tail: the Gluon kernel's fp8 tiles with promoted sums split an "
-                         f"expert's last tile between their consumers; got gluon={pc.gluon}, {cfg.precision}, "
-                         f"fast_accum={pc.fast_accum}: set split_tail=0")  # fmt: skip
     if not pc.gluon and pc.combine_pack != 1:
         raise ValueError(f"PersistentConfig.combine_pack={pc.combine_pack}: the Triton kernel's combine items take "
                          f"no stages, so it needs 1 (or gluon=True)")  # fmt: skip
@@ -391,10 +377,8 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
         device = buffers["sched"].device
         # bf16 has no scales: their entries are 0, which its kernel does not read
         scaleless = cfg.precision != "fp8"
-        # the table's w1 and w2 are the K-major weights its descriptors read: fp8's w1q and w2q
-        keys = {"w1": "w1q", "w2": "w2q"} if cfg.precision == "fp8" else {}
-        addresses = [0 if device.type == "meta" or (scaleless and key not in buffers)
-                     else buffers[keys.get(key, key)].data_ptr() for key in BUFFER_TABLE]  # fmt: skip
+        addresses = [0 if device.type == "meta" or (scaleless and key not in buffers) else buffers[key].data_ptr()
+                     for key in BUFFER_TABLE]  # fmt: skip
         for key, address in zip(BUFFER_TABLE, addresses, strict=True):
             if address % 16:  # the kernel reads and writes them 16 bytes at a time
                 raise ValueError(f"persistent_launch: buffer {key!r} at {address:#x} is not 16-byte aligned, "
@@ -490,7 +474,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, DISPATCH_BOX=_dispatch_box(cfg, pc),
         COMBINE_ROWS=pc.combine_rows,
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
-        COMBINE_PACK=pc.combine_pack, PREFETCH_KB=pc.prefetch_kb, SPLIT_TAIL=pc.split_tail,
+        COMBINE_PACK=pc.combine_pack,
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
         TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum,
