@@ -383,30 +383,6 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
 
 
-def test_gluon_persistent_route_items_quantize_from_a_stage(tmp_path):
-    """The fp8 Gluon kernel with ``route_tma`` compiles for sm_90: the loader makes x's descriptor and loads a
-    route item's rows by TMA (besides the dispatch items' x_sym rows), no wgmma serialized and no spill in a
-    K loop."""
-    from conftest import ptxas_report, sass
-
-    from tutorials.megamoe.persistent_launch import persistent_config, persistent_launch
-
-    ((cfg, default),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == "moe_persistent_gluon"]
-    pc = persistent_config(cfg, {"route_tma": True})
-    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
-    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
-                              options=aot.options_for(launch.name))  # fmt: skip
-    ptx = compiled.asm["ptx"]
-    assert "tensormap.replace" in ptx and "fence.proxy.tensormap::generic.acquire.gpu" in ptx
-    base = triton.compile(aot.ast_source(default, cfg), target=GPUTarget("cuda", 90, 32),
-                          options=aot.options_for(default.name)).asm["ptx"]  # fmt: skip
-    loads = r"cp\.async\.bulk\.tensor\.3d\.shared::\w+\.global"
-    assert len(re.findall(loads, ptx)) == len(re.findall(loads, base)) + 2
-    assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
-    spills = wgmma_loop_spills(sass(compiled.asm["cubin"], tmp_path).splitlines())
-    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
-
-
 def test_spills_count_only_inside_the_loops_that_run_wgmma():
     """``wgmma_loop_spills`` reports the spills of an innermost wgmma loop, not those of the loop around it,
     of straight-line code or of code after the loop that an out-of-line block branches back over, also in a

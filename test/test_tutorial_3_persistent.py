@@ -332,13 +332,6 @@ def test_default_knobs():
     with pytest.raises(ValueError, match="combine items take no stages"):
         persistent_launch(PRODUCTION, dataclasses.replace(big, combine_pack=2), 132)
     assert persistent_config(PRODUCTION, {"gluon": False}).combine_pack == 1
-    # fp8 route items quantizing x's rows from a stage the loader fills by TMA: the Gluon kernel's, its
-    # consumers' halves of a route item in a 16 KB buffer each
-    assert not fp8_gluon.route_tma
-    assert persistent_launch(fp8_cfg, dataclasses.replace(fp8_gluon, route_tma=True), 132).constexprs["ROUTE_TMA"]
-    for cfg, bad in ((PRODUCTION, {}), (fp8_cfg, {"gluon": False}), (fp8_cfg, {"route_tokens": 32})):
-        with pytest.raises(ValueError, match="route_tma"):
-            persistent_launch(cfg, persistent_config(cfg, {**bad, "route_tma": True}), 132)
     assert persistent_config(PRODUCTION, {"gluon": False}) == big
     assert persistent_config(PRODUCTION, {"half_tail": True}) == big, "knobs the Gluon kernel cannot run"
     assert persistent_config(fp8_cfg, {}) == fp8_gluon

@@ -156,8 +156,6 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 Y_CHUNKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3))
 Y_ROWS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2))
 X_CHUNKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3))
-# a route item's token rows in a stage buffer as [rows, 128-column blocks, 128] bf16, unswizzled
-X_BLOCKS = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3))
 if hasattr(gl.shared_memory_descriptor, "reinterpret"):
 
     @gluon.jit
@@ -512,30 +510,6 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, lo_bufs, ready, empty, table, idx,
 
 
 @gluon.jit
-def _fill_route(x_ptr, T, a_bufs, lo_bufs, ready, empty, item, step, H: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
-                ROUTE_COLS: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """fp8 route item ``item``'s token rows of its column chunk from x by TMA into the next stage, the first
-    consumer's half of the tokens into the A buffer and the second's into the B lo buffer (ROUTE_TOKENS / 2
-    rows of ROUTE_COLS bf16 columns each: 16 KB at the defaults), through a descriptor made here (x changes
-    from call to call); rows past T land as zeros, and an item past T loads nothing. Returns the next step."""
-    ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
-    BOXES: gl.constexpr = ROUTE_COLS // 256
-    t0 = item // (H // ROUTE_COLS) * ROUTE_TOKENS
-    s = step % STAGES
-    mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
-    bar = ready.index(s)
-    busy = t0 < T
-    mbarrier.arrive(bar, count=1, pred=not busy)
-    if busy:
-        x_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1], [ROWS, BOXES, 256], Y_CHUNKS)
-        mbarrier.expect(bar, 2 * x_desc.block_type.nbytes)
-        c0 = item % (H // ROUTE_COLS) * BOXES
-        _tma_load(x_desc, [t0, c0, 0], bar, _y_chunks(a_bufs.index(s), ROWS, BOXES))
-        _tma_load(x_desc, [t0 + ROWS, c0, 0], bar, _y_chunks(lo_bufs.index(s), ROWS, BOXES))
-    return step + 1
-
-
-@gluon.jit
 def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready, empty,
             items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
             INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
@@ -543,8 +517,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr,
             COMBINE_PACK: gl.constexpr, PLAN_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
             L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-            ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, ROUTE_TMA: gl.constexpr, TRACE: gl.constexpr,
-            FP8: gl.constexpr):  # fmt: skip
+            TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -612,10 +585,6 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             step = _fill_combine(y_desc, a_bufs, lo_bufs, ready, empty, table, item - COMBINE_START, tokens, me,
                                  wait_ms, step, K, K_P2, M_TILES, COMBINE_ROWS, COMBINE_BLOCKS, COMBINE_PACK, LANDED,
                                  STAGES)  # fmt: skip
-        elif ROUTE_TMA and (item < PLAN_START):
-            _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
-            step = _fill_route(x_ptr, T, a_bufs, lo_bufs, ready, empty, item, step, H, ROUTE_TOKENS, ROUTE_COLS,
-                               STAGES)  # fmt: skip
         else:
             _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
         taken += 1
@@ -692,36 +661,12 @@ def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.co
 
 
 @gluon.jit
-def _quantize_staged(rows, x_sym, xs_sym, t0, T, c0, H: gl.constexpr):
-    """:func:`_quantize_cols` from a stage (``rows``: [tokens, blocks, 128] bf16 of x's tokens [t0, ...) and
-    columns [c0, ...), :func:`_fill_route`), four blocks a step: the loads wait for shared memory, not for
-    global memory one step after another."""
-    ROWS: gl.constexpr = rows.shape[0]
-    BLOCKS: gl.constexpr = rows.shape[1]
-    STEP: gl.constexpr = 4 if BLOCKS >= 4 else BLOCKS
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 2, 16], [2, 2, 1], [2, 1, 0])  # 16 bytes of bf16 a thread
-    L2: gl.constexpr = gl.SliceLayout(2, L3)
-    r = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L2))
-    b = gl.arange(0, STEP, layout=gl.SliceLayout(0, L2))
-    c = gl.arange(0, QBLOCK, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    row_ok = r < T
-    offs = (r.to(gl.int64)[:, None] * H + c0 + b[None, :] * QBLOCK)[:, :, None] + c[None, None, :]
-    scale_at = r.to(gl.int64)[:, None] * (H // QBLOCK) + c0 // QBLOCK + b[None, :]
-    for s in gl.static_range(0, BLOCKS, STEP):
-        v = rows.slice(s, STEP, dim=1).load(L3).to(gl.float32)
-        _quantize_step(v, x_sym, xs_sym, offs + s * QBLOCK, row_ok[:, None, None], scale_at + s, row_ok)
-
-
-@gluon.jit
-def _route_part(item, part: gl.constexpr, step, a_bufs, lo_bufs, ready, empty, T, logits_ptr, x_ptr, table,
-                H: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
-                ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, ROUTE_TMA: gl.constexpr, STAGES: gl.constexpr,
-                FP8: gl.constexpr):  # fmt: skip
+def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.constexpr, E: gl.constexpr,
+                E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
+                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part``'s half of the tokens of route item ``item`` (``persistent._route_item`` at world 1):
     their top-k and plan (column chunk 0: each pair's rank among the pairs to its expert, a token's slot is
-    the token), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns),
-    with ROUTE_TMA from the rows the loader put in the stage at ``step`` (:func:`_fill_route`; handed back
-    here). Returns the next step."""
+    the token), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
     CHUNKS: gl.constexpr = H // ROUTE_COLS
     ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
@@ -744,23 +689,9 @@ def _route_part(item, part: gl.constexpr, step, a_bufs, lo_bufs, ready, empty, T
             # quantization below
             _barrier()
             gl.atomic_add(sched + SENT_COUNT, gl.sum(mask_t.to(gl.int32), axis=0), sem="release", scope="gpu")
-        if FP8 and not ROUTE_TMA:
+        if FP8:
             _quantize_cols(x_ptr, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
                            ch * ROUTE_COLS, H, ROWS, ROUTE_COLS)  # fmt: skip
-    if FP8 and ROUTE_TMA:
-        s = step % STAGES
-        mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-        if t0 < T:
-            if part == 0:
-                rows = _view(a_bufs.index(s), gl.bfloat16, [ROWS, ROUTE_COLS // QBLOCK, QBLOCK], X_BLOCKS)
-            else:
-                rows = _view(lo_bufs.index(s), gl.bfloat16, [ROWS, ROUTE_COLS // QBLOCK, QBLOCK], X_BLOCKS)
-            _quantize_staged(rows, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
-                             ch * ROUTE_COLS, H)  # fmt: skip
-        _barrier()  # every warp's reads of the stage before it is handed back
-        mbarrier.arrive(empty.index(s), count=1)
-        step += 1
-    return step
 
 
 @gluon.jit
@@ -982,8 +913,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, COMBINE_PACK: gl.constexpr,
               PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr,
               L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
-              LANDED: gl.constexpr, ROUTE_TMA: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr,
-              FAST_ACCUM: gl.constexpr):  # fmt: skip
+              LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -996,8 +926,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         if TRACE and part == 0:
             started = _globaltimer()
         if item < PLAN_START:
-            step = _route_part(item, part, step, a_bufs, lo_bufs, ready, empty, T, logits_ptr, x_ptr, table, H, E, E_P2,
-                               K, K_P2, ROUTE_TOKENS, ROUTE_COLS, ROUTE_TMA, STAGES, FP8)  # fmt: skip
+            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8)
             _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
         elif item < LAYOUT_START:
             if part == 0:
@@ -1033,8 +962,8 @@ def moe_persistent_gluon(
     LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
     COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, ROUTE_TMA: gl.constexpr,
-    TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1068,17 +997,17 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, COMBINE_PACK, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, ROUTE_TMA, TRACE, FP8, FAST_ACCUM)),
+                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, COMBINE_PACK, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, ROUTE_TMA, TRACE, FP8, FAST_ACCUM)),
+                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, DISPATCH_BOX, COMBINE_ROWS,
                    COMBINE_BLOCKS, BLOCK_HC, COMBINE_PACK, PLAN_START, DISPATCH_START, L1_START, L2_START,
-                   COMBINE_START, STAGES, LANDED, ROUTE_TOKENS, ROUTE_COLS, ROUTE_TMA, TRACE, FP8)),
+                   COMBINE_START, STAGES, LANDED, TRACE, FP8)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

@@ -54,9 +54,7 @@ class PersistentConfig:
     Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
     with its sums in the tensor cores 128 rows. ``combine_pack`` (Gluon kernel): a combine item's tokens per
     stage, 1 (its A buffer) or 2 (its A and B lo buffers: half the stages per item, so that the next item's
-    rows load while this one's are summed). ``route_tma`` (Gluon kernel, fp8): the loader brings each route
-    item's token rows of x into a stage by TMA, and its consumers quantize them from there, instead of
-    loading x a step at a time themselves.
+    rows load while this one's are summed).
     """
 
     block_m: int = 64
@@ -76,7 +74,6 @@ class PersistentConfig:
     dispatch_rows: int = 8
     combine_rows: int = 4
     combine_pack: int = 1
-    route_tma: bool = False
     reduce_rows: int = 4
     trace: bool = False
     half_tail: bool = False
@@ -227,14 +224,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
-    if pc.route_tma:
-        cols = _route_cols(cfg, pc)
-        staged = pc.route_tokens // 2 * cols * 2  # bytes of a consumer's rows, bf16
-        if not (pc.gluon and cfg.precision == "fp8") or cols % 256 or staged > GLUON_STAGE_A_BYTES:
-            raise ValueError(f"PersistentConfig.route_tma: the Gluon kernel's fp8 route items take each consumer's "
-                             f"route_tokens / 2 rows of their columns (a multiple of 256) in a 16 KB stage buffer; got "
-                             f"gluon={pc.gluon}, {cfg.precision}, route_tokens={pc.route_tokens}, {cols} columns: set "
-                             f"route_tma=0")  # fmt: skip
     if not pc.gluon and pc.combine_pack != 1:
         raise ValueError(f"PersistentConfig.combine_pack={pc.combine_pack}: the Triton kernel's combine items take "
                          f"no stages, so it needs 1 (or gluon=True)")  # fmt: skip
@@ -485,7 +474,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, DISPATCH_BOX=_dispatch_box(cfg, pc),
         COMBINE_ROWS=pc.combine_rows,
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
-        COMBINE_PACK=pc.combine_pack, ROUTE_TMA=pc.route_tma,
+        COMBINE_PACK=pc.combine_pack,
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
         TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum,
