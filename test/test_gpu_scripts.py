@@ -133,10 +133,10 @@ def test_t3_persistent_reports_the_graph_rows_and_the_goal(tmp_path):
 
 
 def test_t3_persistent_times_variants_beside_the_defaults(monkeypatch):
-    monkeypatch.setenv("T3_VARIANTS_FP8", "pack2:combine_pack=2 d8:dispatch_rows=8")
+    monkeypatch.setenv("T3_VARIANTS_FP8", "rows2:combine_rows=2 d8:dispatch_rows=8")
     steps = {s.name: s for s in suites.t3_persistent(1).steps}
     fp8, bf16 = steps["benchmark_fp8"], steps["benchmark_bf16"]
-    assert fp8.command[-6:] == ("--variant", "pack2:combine_pack=2", "--variant", "d8:dispatch_rows=8", "--rounds",
+    assert fp8.command[-6:] == ("--variant", "rows2:combine_rows=2", "--variant", "d8:dispatch_rows=8", "--rounds",
                                 "3")  # fmt: skip
     assert "--variant" not in bf16.command and "--rounds" not in bf16.command
     assert fp8.timeout_s == 60 + 2 * 25 and bf16.timeout_s == 55

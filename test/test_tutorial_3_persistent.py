@@ -251,10 +251,10 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"block_m": 64}, "needs block_m=128.*got block_m=64"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"tma_a": False}, "tma_a=False"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
-    (dataclasses.replace(PRODUCTION, precision="fp8"), {"dispatch_rows": 16}, "two 16 KB buffers.*got 16 \\* 4096"),
-    (PRODUCTION, {"dispatch_rows": 8}, "two 16 KB buffers.*got 8 \\* 8192"),
-    (MoEConfig(7168, 2048, 16, 8, 512, precision="fp8"), {"dispatch_rows": 8},
-     "rounded up to a power of two.*got 8 \\* 8192: lower dispatch_rows"),
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"dispatch_rows": 8}, "16 KB stage buffer.*got 8 \\* 4096"),
+    (PRODUCTION, {"dispatch_rows": 4}, "16 KB stage buffer.*got 4 \\* 8192"),
+    (MoEConfig(7168, 2048, 16, 8, 512, precision="fp8"), {"dispatch_rows": 4},
+     "rounded up to a power of two.*got 4 \\* 8192: lower dispatch_rows"),
     (MoEConfig(4096, 1536, 64, 33, 512, precision="fp8"), {}, "top_k must be <= 32, got 33"),
 ])  # fmt: skip
 def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
@@ -323,15 +323,6 @@ def test_default_knobs():
     bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=True, tma_w2=True, half_tail=False,
                                      dispatch_rows=2, combine_rows=4)  # fmt: skip
     assert choose_persistent(PRODUCTION) == bf16_gluon == persistent_config(PRODUCTION, {})
-    # two of a combine item's tokens a stage: the Gluon kernel's stages only, and a whole stage's worth
-    packed = persistent_config(PRODUCTION, {"combine_pack": 2})
-    assert packed.gluon and persistent_launch(PRODUCTION, packed, 132).constexprs["COMBINE_PACK"] == 2
-    for pack, rows in ((3, 4), (2, 1)):
-        with pytest.raises(ValueError, match="combine_pack must be 1 or 2 and divide combine_rows"):
-            persistent_launch(PRODUCTION, dataclasses.replace(bf16_gluon, combine_pack=pack, combine_rows=rows), 132)
-    with pytest.raises(ValueError, match="combine items take no stages"):
-        persistent_launch(PRODUCTION, dataclasses.replace(big, combine_pack=2), 132)
-    assert persistent_config(PRODUCTION, {"gluon": False}).combine_pack == 1
     assert persistent_config(PRODUCTION, {"gluon": False}) == big
     assert persistent_config(PRODUCTION, {"half_tail": True}) == big, "knobs the Gluon kernel cannot run"
     assert persistent_config(fp8_cfg, {}) == fp8_gluon
@@ -355,17 +346,12 @@ def test_default_knobs():
 def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_rows, hidden):
     """At H 7168 and 8192 a token's row is a TMA box of 32 chunks of 256 columns (H 7168's 28 padded to a
     power of two), so four fp8 tokens' rows (two bf16) exceed a stage's 16 KB A buffer: the defaults take
-    fewer tokens per dispatch item, so the Gluon kernel still runs the shape. Twice those take a box in the
-    stage's A buffer and one in its B lo buffer; four times, more than both."""
+    fewer tokens per dispatch item, so the Gluon kernel still runs the shape."""
     cfg = MoEConfig(hidden, 2048, 16, 8, 512, precision=precision)
     pc = choose_persistent(cfg)
     assert pc.gluon and pc.dispatch_rows == dispatch_rows
     assert gluon_misfit(cfg, pc) is None
-    assert persistent_launch(cfg, pc, 132).constexprs["DISPATCH_BOX"] == dispatch_rows
-    two = dataclasses.replace(pc, dispatch_rows=2 * dispatch_rows)
-    assert gluon_misfit(cfg, two) is None
-    assert persistent_launch(cfg, two, 132).constexprs["DISPATCH_BOX"] == dispatch_rows
-    assert "lower dispatch_rows" in gluon_misfit(cfg, dataclasses.replace(pc, dispatch_rows=4 * dispatch_rows))
+    assert "lower dispatch_rows" in gluon_misfit(cfg, dataclasses.replace(pc, dispatch_rows=2 * dispatch_rows))
 
 
 def test_gluon_dispatch_boxes_pad_a_row_to_a_power_of_two_chunks():

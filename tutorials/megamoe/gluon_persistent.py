@@ -14,15 +14,13 @@ Per program, three partitions::
                       until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
                       into the stages; for a combine item (a chunk of columns, 1024 at the production
                       load, of a few tokens), once the chunk's L2 tiles are done, its tokens' pairs' y_pair
-                      rows of the chunk by TMA into the stages (a token's pairs a buffer: the A buffer,
-                      with COMBINE_PACK 2 the B lo buffer too); each dispatch item itself, its tokens' rows
-                      by TMA into a stage (its A buffer, the B lo buffer where they take more) and from
-                      there by TMA to their pairs' places (the consumers hand the stage back)
+                      rows of the chunk by TMA into the stages (a token's pairs a stage); each dispatch
+                      item itself, its tokens' rows by TMA into a stage and from there by TMA to their
+                      pairs' places (the consumers hand the stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
-                      tokens; every other token of a combine item (from the stages: with COMBINE_PACK 2
-                      each consumer its buffer of each stage); the plan item (with
+                      tokens; every other token of a combine item (from the stages); the plan item (with
                       the layout: the layout item is empty) in the first consumer alone
 
 Measured on the H200 (production load, random routing, traced): an L1 item on a full M tile takes 36.9 us
@@ -391,15 +389,13 @@ def _pick(values, r: gl.constexpr, k: gl.constexpr):
 
 
 @gluon.jit
-def _fill_combine(y_desc, a_bufs, lo_bufs, ready, empty, table, idx, tokens, me, wait_ms, step, K: gl.constexpr,
+def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms, step, K: gl.constexpr,
                   K_P2: gl.constexpr, M_TILES: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-                  COMBINE_BLOCKS: gl.constexpr, COMBINE_PACK: gl.constexpr, LANDED: gl.constexpr,
-                  STAGES: gl.constexpr):  # fmt: skip
+                  COMBINE_BLOCKS: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """The y_pair rows of combine item ``idx`` (chunk ``idx // COMBINE_BLOCKS`` of the columns, its first
     ``tokens`` tokens of token block ``idx % COMBINE_BLOCKS``) into the stages from ``step`` on, once the
-    chunk's L2 tiles are done: COMBINE_PACK tokens a stage (1: the A buffer; 2: the A buffer, then the B lo
-    buffer), a token's K pair rows of the chunk in a buffer (``y_desc``: y_pair as [pairs, H / 256, 256],
-    boxes of one pair's chunk); returns the next step."""
+    chunk's L2 tiles are done: a stage per token, the token's K pair rows of the chunk in the A buffer
+    (``y_desc``: y_pair as [pairs, H / 256, 256], boxes of one pair's chunk); returns the next step."""
     BOXES: gl.constexpr = y_desc.block_type.shape[1]
     CHUNK_TILES: gl.constexpr = BOXES  # L2 N tiles (256 columns each) in a chunk
     L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
@@ -418,66 +414,48 @@ def _fill_combine(y_desc, a_bufs, lo_bufs, ready, empty, table, idx, tokens, me,
     # so the layout's M tile count is there)
     n_mt = gl.load(_buffer(table, LAYOUT, gl.int32), cache_modifier=".cg")
     moe_wait_async(sched + L2_DONE + chunk, PARTS * CHUNK_TILES * n_mt, WAIT_L2, me, wait_ms)
-    TOKEN_BYTES: gl.constexpr = K * y_desc.block_type.nbytes
-    for q in gl.static_range(COMBINE_ROWS // COMBINE_PACK):
-        if q * COMBINE_PACK < tokens:
+    for r in gl.static_range(COMBINE_ROWS):
+        if r < tokens:
             s = step % STAGES
             mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
             bar = ready.index(s)
-            if COMBINE_PACK == 1:
-                mbarrier.expect(bar, TOKEN_BYTES)
-            else:  # the stage's second token may be past the item's last
-                mbarrier.expect(bar, 2 * TOKEN_BYTES, pred=q * 2 + 1 < tokens)
-                mbarrier.expect(bar, TOKEN_BYTES, pred=q * 2 + 1 >= tokens)
-            for j in gl.static_range(COMBINE_PACK):
-                if q * COMBINE_PACK + j < tokens:
-                    if j == 0:
-                        rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
-                    else:
-                        rows = _y_chunks(lo_bufs.index(s), K_P2, BOXES)
-                    for k in gl.static_range(K):
-                        _tma_load(y_desc, [_pick(pos, q * COMBINE_PACK + j, k), chunk * BOXES, 0], bar,
-                                  rows.slice(k, 1))  # fmt: skip
+            mbarrier.expect(bar, K * y_desc.block_type.nbytes)
+            rows = _y_chunks(a_bufs.index(s), K_P2, BOXES)
+            for k in gl.static_range(K):
+                _tma_load(y_desc, [_pick(pos, r, k), chunk * BOXES, 0], bar, rows.slice(k, 1))
             step += 1
     return step
 
 
 @gluon.jit
-def _dispatch_rows(x_desc, pair_desc, a_bufs, lo_bufs, ready, empty, table, idx, n, step, H: gl.constexpr,
-                   K: gl.constexpr, K_P2: gl.constexpr, EL_P2: gl.constexpr, DISPATCH_ROWS: gl.constexpr,
-                   LANDED: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H: gl.constexpr, K: gl.constexpr,
+                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr,
+                   FP8: gl.constexpr):  # fmt: skip
     """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
-    every expert local) in the loader, its waits done and ``n`` tokens read: its DISPATCH_ROWS tokens' rows
-    (fp8: the quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer, and where they take more
-    than its 16 KB the next box of them into the stage's B lo buffer (``x_desc``: the rows as
-    [tokens, H / 256, 256], boxes of a buffer's tokens), their routing and pair positions (sorted_row,
+    every expert local) in the loader, its waits done and ``n`` tokens read: its tokens' rows (fp8: the
+    quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer (``x_desc``: the rows as
+    [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions (sorted_row,
     inv_pos) stored meanwhile, a pair to a lane; then each row by TMA from the stage to each of its pairs'
     places (``pair_desc``: a_sorted as [pairs, H / 256, 256], boxes of one pair), and once those are written
     the pairs counted landed in their M tiles. A box spans H / 256 chunks rounded up to a power of two (TMA's
     rule): the load fills the chunks past a row with zeros, the store skips them. The consumers hand the
     stage back; returns the next step."""
-    BOX_ROWS: gl.constexpr = x_desc.block_type.shape[0]
+    ROWS: gl.constexpr = x_desc.block_type.shape[0]
     BOXES: gl.constexpr = x_desc.block_type.shape[1]
-    BUFFERS: gl.constexpr = DISPATCH_ROWS // BOX_ROWS  # 1: the A buffer; 2: and the B lo buffer
     L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [1, 1], [1, 0])  # a pair a lane
-    EVERY: gl.constexpr = gl.BlockedLayout([DISPATCH_ROWS, K_P2], [1, 32], [1, 1], [1, 0])  # every pair in every lane
-    t0 = idx * DISPATCH_ROWS
+    EVERY: gl.constexpr = gl.BlockedLayout([ROWS, K_P2], [1, 32], [1, 1], [1, 0])  # every pair in every lane
+    t0 = idx * ROWS
     s = step % STAGES
     mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
     bar = ready.index(s)
-    mbarrier.expect(bar, BUFFERS * x_desc.block_type.nbytes)
+    mbarrier.expect(bar, x_desc.block_type.nbytes)
     if FP8:
-        rows_a = _x_chunks(a_bufs.index(s), BOX_ROWS, BOXES)
-        rows_b = _x_chunks(lo_bufs.index(s), BOX_ROWS, BOXES)
+        rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
     else:
-        rows_a = _y_chunks(a_bufs.index(s), BOX_ROWS, BOXES)
-        rows_b = _y_chunks(lo_bufs.index(s), BOX_ROWS, BOXES)
-    # rows past the tensor's come as zeros, past n are never stored
-    _tma_load(x_desc, [t0, 0, 0], bar, rows_a)
-    if BUFFERS == 2:
-        _tma_load(x_desc, [t0 + BOX_ROWS, 0, 0], bar, rows_b)
+        rows_smem = _y_chunks(a_bufs.index(s), ROWS, BOXES)
+    _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past the tensor's come as zeros, past n are never stored
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
-    rr = gl.arange(0, DISPATCH_ROWS, layout=gl.SliceLayout(1, L))
+    rr = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
     kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
     tokens = t0 + rr
     mk = (tokens < n)[:, None] & (kk[None, :] < K)
@@ -493,19 +471,15 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, lo_bufs, ready, empty, table, idx,
     tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
     mbarrier.wait(bar, (step // STAGES) & 1)  # the rows have landed
     places = gl.convert_layout(pos, EVERY)
-    for r in gl.static_range(DISPATCH_ROWS):
+    for r in gl.static_range(ROWS):
         if t0 + r < n:
             for k in gl.static_range(K):
-                if r < BOX_ROWS:
-                    _tma_store(pair_desc, [_pick(places, r, k), 0, 0], rows_a.slice(r, 1))
-                else:
-                    _tma_store(pair_desc, [_pick(places, r, k), 0, 0], rows_b.slice(r - BOX_ROWS, 1))
+                _tma_store(pair_desc, [_pick(places, r, k), 0, 0], rows_smem.slice(r, 1))
     moe_bulk_stores_done()
     _barrier()  # the rows and pairs placed, by every thread, before the counts
     moe_fence_gpu()
-    gl.atomic_add(_buffer(table, SCHED, gl.int32) + LANDED + tile,
-                  gl.full([DISPATCH_ROWS, K_P2], 1, gl.int32, layout=L), mask=mk, sem="relaxed",
-                  scope="gpu")  # fmt: skip
+    gl.atomic_add(_buffer(table, SCHED, gl.int32) + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L),
+                  mask=mk, sem="relaxed", scope="gpu")  # fmt: skip
     return step + 1
 
 
@@ -513,11 +487,10 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, lo_bufs, ready, empty, table, idx,
 def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready, empty,
             items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
             INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
-            GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, DISPATCH_BOX: gl.constexpr,
-            COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr,
-            COMBINE_PACK: gl.constexpr, PLAN_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
-            L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-            TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+            GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+            COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
+            DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
+            STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -572,9 +545,9 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                 else:  # x's, which change from call to call: this call's, in the program's global scratch (made
                     # here, not at the loader's start, which would hand out the call's first items later)
                     rows_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1],
-                                                           [DISPATCH_BOX, ROW_BOXES, 256], Y_CHUNKS)  # fmt: skip
-                step = _dispatch_rows(rows_desc, pair_desc, a_bufs, lo_bufs, ready, empty, table, idx, n, step, H, K,
-                                      K_P2, EL_P2, DISPATCH_ROWS, LANDED, STAGES, FP8)  # fmt: skip
+                                                           [DISPATCH_ROWS, ROW_BOXES, 256], Y_CHUNKS)  # fmt: skip
+                step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2,
+                                      EL_P2, LANDED, STAGES, FP8)  # fmt: skip
             _release(sched_ptr + DISPATCH_DONE)
             if TRACE:
                 _trace_item(trace_ptr + item * TRACE_WORDS, started)
@@ -582,9 +555,8 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             tokens = _combine_tokens(item - COMBINE_START, me, wait_ms, table, COMBINE_ROWS, COMBINE_BLOCKS,
                                      L1_START - DISPATCH_START)  # fmt: skip
             _publish(items, item_full, taken, item, tokens, 0, 0, 0, 0)
-            step = _fill_combine(y_desc, a_bufs, lo_bufs, ready, empty, table, item - COMBINE_START, tokens, me,
-                                 wait_ms, step, K, K_P2, M_TILES, COMBINE_ROWS, COMBINE_BLOCKS, COMBINE_PACK, LANDED,
-                                 STAGES)  # fmt: skip
+            step = _fill_combine(y_desc, a_bufs, ready, empty, table, item - COMBINE_START, tokens, me, wait_ms, step,
+                                 K, K_P2, M_TILES, COMBINE_ROWS, COMBINE_BLOCKS, LANDED, STAGES)  # fmt: skip
         else:
             _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
         taken += 1
@@ -738,26 +710,14 @@ def _combine_tokens(idx, me, wait_ms, table, COMBINE_ROWS: gl.constexpr, COMBINE
 
 
 @gluon.jit
-def _combine_token(rows, w, kk, K: gl.constexpr, BOXES: gl.constexpr, L: gl.constexpr):
-    """A token's sum of its K pairs' rows of the chunk (``rows``: [K_P2 * BOXES, 256] in shared memory, a
-    pair's BOXES rows after another), each weighted by its entry of ``w`` (at ``kk``), as [BOXES, 256] bf16 in
-    layout L."""
-    acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
-    for k in gl.static_range(K):  # the pairs in order
-        acc += gl.sum(gl.where(kk == k, w, 0.0), axis=0) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
-    return acc.to(gl.bfloat16)
-
-
-@gluon.jit
-def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, lo_bufs, ready, empty, table, y_ptr, H: gl.constexpr,
+def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, ready, empty, table, y_ptr, H: gl.constexpr,
                   K: gl.constexpr, K_P2: gl.constexpr, COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr,
-                  BLOCK_HC: gl.constexpr, COMBINE_PACK: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+                  BLOCK_HC: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """Consumer ``part``'s share of combine item ``idx`` (``persistent._combine_item`` at world 1, a token's slot
     the token, for the BLOCK_HC columns of chunk ``idx // COMBINE_BLOCKS``) for the first ``tokens`` tokens of
-    its token block from the stages the loader filled (:func:`_fill_combine`: COMBINE_PACK tokens a stage,
-    a token's pairs' y_pair rows of the chunk a buffer): the weighted sum of its pairs into y for every other
-    token; with a token a stage the part-th, then every PARTS-th, the other consumer's stages handed back
-    unread; with two a stage, the part-th token of each stage. Returns the next step."""
+    its token block from the stages the loader filled (:func:`_fill_combine`: a stage per token, its pairs'
+    y_pair rows of the chunk): the weighted sum of its pairs into y for every other token (the part-th, then
+    every PARTS-th), the other consumer's stages handed back unread; returns the next step."""
     BOXES: gl.constexpr = BLOCK_HC // 256
     # [boxes, 256] of one pair: 16 bytes a thread, a box over a warp, the boxes over the warps
     L: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
@@ -765,26 +725,19 @@ def _combine_item(part: gl.constexpr, idx, tokens, step, a_bufs, lo_bufs, ready,
             + gl.arange(0, 256, layout=gl.SliceLayout(0, L))[None, :])  # fmt: skip
     kk = gl.arange(0, K_P2, layout=gl.BlockedLayout([1], [32], [4], [0]))
     t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
-    for q in range((tokens + COMBINE_PACK - 1) // COMBINE_PACK):
-        if COMBINE_PACK == 1:
-            r = q
-            mine = q % PARTS == part
-        else:
-            r = q * COMBINE_PACK + part
-            mine = r < tokens
-        if mine:
-            s = step % STAGES
+    for r in range(tokens):
+        if r % PARTS == part:
             t = (t0 + r).to(gl.int64)
             w = gl.load(_buffer(table, RECV_W, gl.float32) + t * K + kk, mask=kk < K, other=0.0)  # before the wait
-            if part == 1 and COMBINE_PACK == 2:
-                rows = _y_rows(lo_bufs.index(s), K_P2 * BOXES)
-            else:
-                rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
+            s = step % STAGES
             mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-            y = _combine_token(rows, w, kk, K, BOXES, L)
+            rows = _y_rows(a_bufs.index(s), K_P2 * BOXES)
+            acc = gl.zeros([BOXES, 256], gl.float32, layout=L)
+            for k in gl.static_range(K):  # the pairs in order
+                acc += gl.sum(gl.where(kk == k, w, 0.0), axis=0) * rows.slice(k * BOXES, BOXES).load(L).to(gl.float32)
             _barrier()  # every warp's reads of the stage before it is handed back
             mbarrier.arrive(empty.index(s), count=1)
-            gl.store(y_ptr + t * H + cols, y)
+            gl.store(y_ptr + t * H + cols, acc.to(gl.bfloat16))
             step += 1
         else:
             step = _pass_stages(ready, empty, 1, step, STAGES)
@@ -910,10 +863,10 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
               EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
               ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
-              COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, COMBINE_PACK: gl.constexpr,
-              PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr,
-              L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr,
-              LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
+              COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
+              LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
+              L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -940,9 +893,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
                               BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM)  # fmt: skip
         else:
-            step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, lo_bufs, ready,
-                                 empty, table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, COMBINE_PACK,
-                                 STAGES)  # fmt: skip
+            step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
+                                 table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
         if TRACE and part == 0 and not ((item >= DISPATCH_START) & (item < L1_START)):
             _trace_item(trace_ptr + item * TRACE_WORDS, started)  # dispatch items: the loader's row
         taken += 1
@@ -956,11 +908,9 @@ def moe_persistent_gluon(
     wait_ms, item_begin, item_end, trace_ptr,
     H: gl.constexpr, INTER: gl.constexpr, E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr,
     E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr,
-    ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, DISPATCH_BOX: gl.constexpr,
-    COMBINE_ROWS: gl.constexpr,
-    COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, COMBINE_PACK: gl.constexpr, PLAN_START: gl.constexpr,
-    LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr,
-    COMBINE_START: gl.constexpr,
+    ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+    COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr, LAYOUT_START: gl.constexpr,
+    DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
     FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
@@ -996,18 +946,18 @@ def moe_persistent_gluon(
         (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
-                     BLOCK_HC, COMBINE_PACK, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM)),
+                     BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
+                     LANDED, TRACE, FP8, FAST_ACCUM)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
-                     BLOCK_HC, COMBINE_PACK, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM)),
+                     BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
+                     LANDED, TRACE, FP8, FAST_ACCUM)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
-                   H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, DISPATCH_BOX, COMBINE_ROWS,
-                   COMBINE_BLOCKS, BLOCK_HC, COMBINE_PACK, PLAN_START, DISPATCH_START, L1_START, L2_START,
-                   COMBINE_START, STAGES, LANDED, TRACE, FP8)),
+                   H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
+                   BLOCK_HC, PLAN_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE,
+                   FP8)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

@@ -52,9 +52,7 @@ class PersistentConfig:
     K block's product into float32 sums (3x the error from the quantization-aware reference at the
     production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster there). The
     Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
-    with its sums in the tensor cores 128 rows. ``combine_pack`` (Gluon kernel): a combine item's tokens per
-    stage, 1 (its A buffer) or 2 (its A and B lo buffers: half the stages per item, so that the next item's
-    rows load while this one's are summed).
+    with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
@@ -73,7 +71,6 @@ class PersistentConfig:
     route_cols: int = 1024
     dispatch_rows: int = 8
     combine_rows: int = 4
-    combine_pack: int = 1
     reduce_rows: int = 4
     trace: bool = False
     half_tail: bool = False
@@ -153,11 +150,6 @@ def _row_boxes(cfg: MoEConfig) -> int:
     return next_pow2(cfg.hidden // 256)
 
 
-def _dispatch_box(cfg: MoEConfig, pc: PersistentConfig) -> int:
-    """Token rows of a Gluon dispatch item per TMA box, one box per 16 KB stage buffer."""
-    return max(1, min(pc.dispatch_rows, GLUON_STAGE_A_BYTES // _row_bytes(cfg)))
-
-
 def _row_bytes(cfg: MoEConfig) -> int:
     """Bytes of a token's row as the Gluon dispatch box holds it: e4m3 in fp8, else bf16."""
     return _row_boxes(cfg) * 256 * (1 if cfg.precision == "fp8" else 2)
@@ -186,14 +178,11 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
-    if pc.combine_pack not in (1, 2) or pc.combine_rows % pc.combine_pack:
-        return (f"takes 1 or 2 of a combine item's tokens per stage: combine_pack must be 1 or 2 and divide "
-                f"combine_rows, got combine_pack={pc.combine_pack}, combine_rows={pc.combine_rows}")  # fmt: skip
     row_bytes = _row_bytes(cfg)
-    if pc.dispatch_rows * row_bytes > 2 * GLUON_STAGE_A_BYTES:
-        return (f"holds a dispatch item's token rows in two 16 KB buffers of a stage, each row a TMA box of "
-                f"hidden / 256 chunks rounded up to a power of two: dispatch_rows * the row's box bytes must be <= "
-                f"32768, got {pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
+    if pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
+        return (f"holds a dispatch item's token rows in one 16 KB stage buffer, each a TMA box of hidden / 256 "
+                f"chunks rounded up to a power of two: dispatch_rows * the row's box bytes must be <= 16384, got "
+                f"{pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
     return None
 
 
@@ -224,9 +213,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
-    if not pc.gluon and pc.combine_pack != 1:
-        raise ValueError(f"PersistentConfig.combine_pack={pc.combine_pack}: the Triton kernel's combine items take "
-                         f"no stages, so it needs 1 (or gluon=True)")  # fmt: skip
     if cfg.precision == "fp8" and not pc.gluon and not pc.fast_accum and pc.block_m > 64:
         raise ValueError(
             f"PersistentConfig.block_m={pc.block_m}: the Triton kernel's fp8 sums, promoted per K block, fit its "
@@ -354,8 +340,7 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
             workspace["a_sorted"].view(-1, hid // 256, 256), [1, _row_boxes(cfg), 256], unswizzled)
         if cfg.precision == "fp8":
             out["x_desc"] = GluonDescriptor.from_tensor(
-                workspace["x_sym"].view(-1, hid // 256, 256), [_dispatch_box(cfg, pc), _row_boxes(cfg), 256],
-                unswizzled)  # fmt: skip
+                workspace["x_sym"].view(-1, hid // 256, 256), [pc.dispatch_rows, _row_boxes(cfg), 256], unswizzled)
         return out
     wanted = {"w1_desc": pc.tma_w1, "w2_desc": pc.tma_w2, "h_desc": pc.tma_h, "a_desc": pc.tma_a}
     blocks = _desc_blocks(cfg, pc)
@@ -446,8 +431,7 @@ GLUON_LOADER_REGS = 40  # per thread of the Gluon kernel's loader; its consumers
 
 
 def gluon_combine_cols(cfg: MoEConfig) -> int:
-    """Columns of a token's pairs a Gluon combine stage buffer holds: its K pair rows in 16 KB (the A buffer, or
-    with ``combine_pack`` 2 the B lo buffer too)."""
+    """Columns of a token's pairs a Gluon combine stage holds: its K pair rows in one 16 KB A buffer."""
     return row_block(cfg.hidden, GLUON_STAGE_A_BYTES // (2 * next_pow2(cfg.top_k)))
 
 
@@ -471,10 +455,8 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         H=cfg.hidden, INTER=cfg.intermediate, E=cfg.num_experts, E_P2=next_pow2(cfg.num_experts), K=cfg.top_k,
         K_P2=next_pow2(cfg.top_k), E_LOC=cfg.local_experts, EL_P2=next_pow2(cfg.local_experts),
         GROUP_M=pc.group_m, M_TILES=sch.m_tiles, ROUTE_TOKENS=pc.route_tokens,
-        ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, DISPATCH_BOX=_dispatch_box(cfg, pc),
-        COMBINE_ROWS=pc.combine_rows,
+        ROUTE_COLS=_route_cols(cfg, pc), DISPATCH_ROWS=pc.dispatch_rows, COMBINE_ROWS=pc.combine_rows,
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
-        COMBINE_PACK=pc.combine_pack,
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
         TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum,
