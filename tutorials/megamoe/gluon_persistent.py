@@ -14,9 +14,9 @@ Per program, three partitions::
                       until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
                       into the stages; for a combine item (a chunk of columns, 1024 at the production
                       load, of a few tokens), once the chunk's L2 tiles are done, its tokens' pairs' y_pair
-                      rows of the chunk by TMA into the stages (a token's pairs a stage); each dispatch
-                      item itself, its tokens' rows by TMA into a stage and from there by TMA to their
-                      pairs' places (the consumers hand the stage back)
+                      rows of the chunk by TMA into the stages' A buffers (a token's pairs a stage);
+                      each dispatch item itself, its tokens' rows by TMA into a stage and from there by TMA
+                      to their pairs' places (the consumers hand the stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
