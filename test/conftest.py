@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -520,3 +521,22 @@ def init_gloo(rank: int, world: int, port: int) -> None:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))  # fmt: skip
+
+
+# The plugin's packages (``passes`` and ``runtime`` installed into it) and the repository's own
+REPOSITORY_PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime", "tutorials", "scripts",
+                       "examples", "bench")  # fmt: skip
+
+
+def repository_modules() -> dict[str, Path]:
+    """Every module of :data:`REPOSITORY_PACKAGES`, by dotted name, at the folders the install maps them from."""
+    found: dict[str, Path] = {}
+    for package in REPOSITORY_PACKAGES:
+        (folder,) = importlib.util.find_spec(package).submodule_search_locations
+        for path in sorted(Path(folder).rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if not all((Path(folder, *parts[:i]) / "__init__.py").is_file() for i in range(len(parts))):
+                continue  # a folder that is not a package (data, headers)
+            name = ".".join((package, *parts))
+            found[name.removesuffix(".__init__")] = path
+    return found

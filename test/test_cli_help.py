@@ -14,8 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import repository_modules
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tutorials", "scripts", "bench", "examples", "triton_raw_ext")
 
 RUN_HELP = r"""
 import contextlib, io, json, runpy, sys, warnings
@@ -37,14 +38,9 @@ print(json.dumps(failed))
 
 
 def command_modules() -> list[str]:
-    """Modules under the repository's packages that parse a command line when run as ``__main__``."""
-    modules = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            text = path.read_text(encoding="utf-8")
-            if "argparse" in text and 'if __name__ == "__main__"' in text:
-                modules.append(".".join(path.relative_to(ROOT).with_suffix("").parts))
-    return modules
+    """Modules of the repository's packages that parse a command line when run as ``__main__``."""
+    return [name for name, path in repository_modules().items()
+            if "argparse" in (text := path.read_text(encoding="utf-8")) and 'if __name__ == "__main__"' in text]
 
 
 def test_every_command_prints_its_help() -> None:

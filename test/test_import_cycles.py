@@ -8,25 +8,9 @@ module an import statement names.
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
-PACKAGES = ("triton_raw_ext", "triton_raw_ext.passes", "triton_raw_ext.runtime", "tutorials", "scripts", "examples",
-            "bench")
-
-
-def _modules() -> dict[str, Path]:
-    """Every module of the packages, by dotted name, at the folders the install maps them from."""
-    found: dict[str, Path] = {}
-    for package in PACKAGES:
-        (folder,) = importlib.util.find_spec(package).submodule_search_locations
-        for path in sorted(Path(folder).rglob("*.py")):
-            parts = path.relative_to(folder).with_suffix("").parts
-            if not all((Path(folder, *parts[:i]) / "__init__.py").is_file() for i in range(len(parts))):
-                continue  # a folder that is not a package (data, headers)
-            name = ".".join((package, *parts))
-            found[name.removesuffix(".__init__")] = path
-    return found
+from conftest import repository_modules
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -85,7 +69,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_graph_reader_sees_relative_absolute_and_late_imports():
-    modules = _modules()
+    modules = repository_modules()
     assert {"triton_raw_ext.dialect", "triton_raw_ext.passes.abi_wrappers", "triton_raw_ext.runtime.memory"} <= set(
         modules
     )
@@ -103,6 +87,6 @@ def test_the_graph_reader_sees_relative_absolute_and_late_imports():
 
 
 def test_no_import_cycles():
-    modules = _modules()
+    modules = repository_modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _cycles(graph) == []
