@@ -383,6 +383,43 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
     assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
 
 
+@pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])
+def test_gluon_persistent_kernel_gathers_l1s_rows_without_tma_a(name, tmp_path):
+    """The Gluon kernel with ``tma_a`` off compiles for sm_90 with L1's A rows gathered by its loader, now 4
+    warps within the registers its warpgroup had: 16-byte cp.async copies into the stages, each thread's
+    copies counted on the stage's barrier (one cp.async.mbarrier.arrive, after which the partition syncs
+    before one thread's expect-tx arrival), a proxy fence after each L1 stage's wait in each consumer
+    (generic writes read by wgmma), and no TMA stores: dispatch copies no row. No wgmma is serialized and the
+    K loops reload at most the shared memory base from the stack. With ``batched_ranks`` too (its route items'
+    adds), as the two are timed together."""
+    import dataclasses
+
+    from conftest import ptxas_report, sass
+
+    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
+
+    ((cfg, default),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == name]
+    pc = dataclasses.replace(choose_persistent(cfg), tma_a=False, batched_ranks=True)
+    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
+    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
+                              options=aot.options_for(default.name))  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    code = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith((".loc", "//"))]
+    copies = [line for line in code if line.startswith("cp.async.cg.shared.global")]
+    assert len(copies) == 8 and all(", 0x10," in line for line in copies), copies  # a 128 x 128 B stage, 128 threads
+    arrive = code.index(next(line for line in code if line.startswith("cp.async.mbarrier.arrive.shared.b64")))
+    assert ".noinc" not in code[arrive]
+    assert code[arrive + 1].startswith("bar.sync")
+    assert "mbarrier.arrive.expect_tx" in "".join(code[arrive + 1 : arrive + 4])
+    assert "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx
+    assert not re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx), "dispatch stores no row"
+    assert compiled.metadata.shared <= SHARED_LIMIT
+    assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
+    spills = wgmma_loop_spills(sass(compiled.asm["cubin"], tmp_path).splitlines())
+    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
+
+
 def test_spills_count_only_inside_the_loops_that_run_wgmma():
     """``wgmma_loop_spills`` reports the spills of an innermost wgmma loop, not those of the loop around it,
     of straight-line code or of code after the loop that an out-of-line block branches back over, also in a

@@ -249,7 +249,6 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 5}, "2 to 4 stages .*num_stages=5"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 1}, "2 to 4 stages .*num_stages=1"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"block_m": 64}, "needs block_m=128.*got block_m=64"),
-    (dataclasses.replace(PRODUCTION, precision="fp8"), {"tma_a": False}, "tma_a=False"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"dispatch_rows": 8}, "16 KB stage buffer.*got 8 \\* 4096"),
     (PRODUCTION, {"dispatch_rows": 4}, "16 KB stage buffer.*got 4 \\* 8192"),
@@ -259,7 +258,7 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
 ])  # fmt: skip
 def test_gluon_knob_refuses_what_its_kernel_cannot_run(cfg, knobs, rule):
     """``gluon`` names its rule (world 1, H and I multiples of 256; 128-row tiles, 256-column L2 tiles, K steps
-    of 128 bytes, every GEMM operand through TMA, whole tiles split between the consumers, 2 to 4 stages of
+    of 128 bytes, the weights through TMA, whole tiles split between the consumers, 2 to 4 stages of
     48 KB) before anything is built, rather than failing in the compiler's shared-memory allocation or
     reading past a K loop."""
     pc = dataclasses.replace(choose_persistent(cfg, gluon=True), gluon=True, **{"block_m": 128, **knobs})
@@ -433,6 +432,35 @@ def test_tma_a_knob_adds_the_sorted_rows_and_binds_their_descriptor(precision):
     assert desc.block_shape == [pc.block_m, pc.block_k] and tuple(desc.shape) == (cfg.pair_capacity, cfg.hidden)
     plain = dict(persistent_launch(cfg, dataclasses.replace(pc, tma_a=False), 132).params)
     assert (plain["a_sorted"], plain["a_op"]) == (None, None)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_gluon_kernel_without_tma_a_gathers_l1s_rows_and_copies_none(precision):
+    """The Gluon kernel with tma_a off: L1's loader gathers the token rows itself (GATHER_A), so the layer has
+    no a_sorted and binds no descriptor of it or of dispatch's boxes, and a dispatch item, which then only
+    places its pairs, may take more tokens than a stage holds rows of."""
+    cfg = dataclasses.replace(PRODUCTION, precision=precision)
+    pc = dataclasses.replace(choose_persistent(cfg), tma_a=False, dispatch_rows=16)
+    launch = persistent_launch(cfg, pc, 132)
+    assert launch.name.startswith("moe_persistent_gluon")
+    assert launch.constexprs["GATHER_A"] is True and launch.constexprs["DISPATCH_ROWS"] == 16
+    params = dict(launch.params)
+    assert (params["a_desc"], params["x_desc"], params["pair_desc"]) == (None, None, None)
+    assert "a_sorted" not in {name for name, _, _ in persistent_buffers(cfg, pc)[1]}
+    assert not {"a_desc", "x_desc", "pair_desc"} & set(meta_bindings(cfg, pc))
+    assert persistent_launch(cfg, choose_persistent(cfg), 132).constexprs["GATHER_A"] is False
+
+
+def test_batched_ranks_is_the_gluon_kernels():
+    """batched_ranks reaches the Gluon kernel's route items as a constexpr; the Triton kernel refuses it, naming
+    the knob."""
+    fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
+    launch = persistent_launch(fp8, dataclasses.replace(choose_persistent(fp8), batched_ranks=True), 132)
+    assert launch.constexprs["BATCHED_RANKS"] is True
+    assert persistent_launch(fp8, choose_persistent(fp8), 132).constexprs["BATCHED_RANKS"] is False
+    triton_fp8 = dataclasses.replace(choose_persistent(fp8, gluon=False), batched_ranks=True)
+    with pytest.raises(ValueError, match="batched_ranks ranks pairs in the Gluon kernel's route items.*gluon=1"):
+        persistent_launch(fp8, triton_fp8, 132)
 
 
 def test_trace_summary_per_region():

@@ -103,6 +103,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
@@ -146,6 +147,8 @@ _FP8_MAX = gl.constexpr(FP8_MAX)
 _AMAX_FLOOR = gl.constexpr(AMAX_FLOOR)
 # A partition's CTA barrier (its own warps only inside warp_specialize): `thread_barrier` in Triton 3.6
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+# cp.async from global to shared memory: `async_copy_global_to_shared` up to Triton 3.7, `async_load` from 3.8
+_cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 # A stage's A buffer as the y_pair chunks of a combine step, unswizzled: [rows, boxes, 256] for TMA's boxes,
@@ -270,8 +273,8 @@ def _buffer(table, index: gl.constexpr, dtype: gl.constexpr):
 @gluon.jit
 def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
     """(local expert, first pair, end of the expert's pairs) of 128-pair M tile ``pid_m`` of the layout
-    (``persistent._tile_rows``), in the loader's warp."""
-    ee = gl.arange(0, EL_P2, layout=gl.BlockedLayout([1], [32], [1], [0]))
+    (``persistent._tile_rows``), in the loader."""
+    ee = gl.arange(0, EL_P2, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     inside = ee < E_LOC
     total = gl.load(layout_ptr + 1 + ee, mask=inside, other=0, cache_modifier=".cg")
     first_pair = gl.load(layout_ptr + 1 + EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
@@ -323,7 +326,7 @@ def _publish(items, item_full, taken, item, pid_m, pid_n, expert, row0, row_end)
     """Hand ``item`` (the loader's ``taken``-th; a GEMM item with its M tile, N tile, expert and rows) to both
     consumers through its slot (:func:`_wait_slot` first)."""
     s = taken % RING
-    w = gl.arange(0, SLOT_WORDS, layout=gl.BlockedLayout([1], [32], [1], [0]))
+    w = gl.arange(0, SLOT_WORDS, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     words = gl.where(w == SLOT_ROW0, row0, row_end)  # row_end in SLOT_ROW_END and the padding
     words = gl.where(w == SLOT_EXPERT, expert, words)
     words = gl.where(w == SLOT_PID_N, pid_n, words)
@@ -399,7 +402,8 @@ def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms,
     BOXES: gl.constexpr = y_desc.block_type.shape[1]
     CHUNK_TILES: gl.constexpr = BOXES  # L2 N tiles (256 columns each) in a chunk
     L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
-    L: gl.constexpr = gl.BlockedLayout([COMBINE_ROWS, K_P2], [1, 32], [1, 1], [1, 0])  # every pair in every lane
+    # every pair in every lane
+    L: gl.constexpr = gl.BlockedLayout([COMBINE_ROWS, K_P2], [1, 32], [1, gl.num_warps()], [1, 0])
     sched = _buffer(table, SCHED, gl.int32)
     chunk = idx // COMBINE_BLOCKS
     t0 = idx % COMBINE_BLOCKS * COMBINE_ROWS
@@ -428,32 +432,11 @@ def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms,
 
 
 @gluon.jit
-def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H: gl.constexpr, K: gl.constexpr,
-                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr,
-                   FP8: gl.constexpr):  # fmt: skip
-    """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
-    every expert local) in the loader, its waits done and ``n`` tokens read: its tokens' rows (fp8: the
-    quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer (``x_desc``: the rows as
-    [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions (sorted_row,
-    inv_pos) stored meanwhile, a pair to a lane; then each row by TMA from the stage to each of its pairs'
-    places (``pair_desc``: a_sorted as [pairs, H / 256, 256], boxes of one pair), and once those are written
-    the pairs counted landed in their M tiles. A box spans H / 256 chunks rounded up to a power of two (TMA's
-    rule): the load fills the chunks past a row with zeros, the store skips them. The consumers hand the
-    stage back; returns the next step."""
-    ROWS: gl.constexpr = x_desc.block_type.shape[0]
-    BOXES: gl.constexpr = x_desc.block_type.shape[1]
-    L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [1, 1], [1, 0])  # a pair a lane
-    EVERY: gl.constexpr = gl.BlockedLayout([ROWS, K_P2], [1, 32], [1, 1], [1, 0])  # every pair in every lane
-    t0 = idx * ROWS
-    s = step % STAGES
-    mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
-    bar = ready.index(s)
-    mbarrier.expect(bar, x_desc.block_type.nbytes)
-    if FP8:
-        rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
-    else:
-        rows_smem = _y_chunks(a_bufs.index(s), ROWS, BOXES)
-    _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past the tensor's come as zeros, past n are never stored
+def _place_pairs(table, t0, n, ROWS: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, EL_P2: gl.constexpr):
+    """The routing of tokens [t0, t0 + ROWS) (those below ``n``) for the GEMMs and the combine, a pair to a
+    lane: recv_ids and recv_w, each pair's position in the layout (sorted_row: its token; inv_pos); returns
+    (positions, M tiles, which pairs exist), [ROWS, K_P2]."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [32 // K_P2, K_P2], [gl.num_warps(), 1], [1, 0])
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     rr = gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
     kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
@@ -468,7 +451,45 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
     pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + e, cache_modifier=".cg") + rank
     gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, tokens[:, None] + gl.zeros_like(kk)[None, :], mask=mk)
     gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
-    tile = _pair_tiles(layout_ptr, e, pos, mk, EL_P2)
+    return pos, _pair_tiles(layout_ptr, e, pos, mk, EL_P2), mk
+
+
+@gluon.jit
+def _count_landed(table, tile, mk, LANDED: gl.constexpr):
+    """Count the pairs ``mk`` landed in their M tiles ``tile``, once every thread's stores before are visible."""
+    _barrier()
+    moe_fence_gpu()
+    ones = gl.full(tile.shape, 1, gl.int32, layout=tile.type.layout)
+    gl.atomic_add(_buffer(table, SCHED, gl.int32) + LANDED + tile, ones, mask=mk, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H: gl.constexpr, K: gl.constexpr,
+                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr,
+                   FP8: gl.constexpr):  # fmt: skip
+    """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
+    every expert local) in the loader, its waits done and ``n`` tokens read: its tokens' rows (fp8: the
+    quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer (``x_desc``: the rows as
+    [tokens, H / 256, 256], boxes of the item's tokens), their routing and pair positions placed meanwhile
+    (:func:`_place_pairs`); then each row by TMA from the stage to each of its pairs' places (``pair_desc``:
+    a_sorted as [pairs, H / 256, 256], boxes of one pair), and once those are written the pairs counted
+    landed in their M tiles. A box spans H / 256 chunks rounded up to a power of two (TMA's rule): the load
+    fills the chunks past a row with zeros, the store skips them. The consumers hand the stage back;
+    returns the next step."""
+    ROWS: gl.constexpr = x_desc.block_type.shape[0]
+    BOXES: gl.constexpr = x_desc.block_type.shape[1]
+    EVERY: gl.constexpr = gl.BlockedLayout([ROWS, K_P2], [1, 32], [1, gl.num_warps()], [1, 0])  # every pair, every lane
+    t0 = idx * ROWS
+    s = step % STAGES
+    mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
+    bar = ready.index(s)
+    mbarrier.expect(bar, x_desc.block_type.nbytes)
+    if FP8:
+        rows_smem = _x_chunks(a_bufs.index(s), ROWS, BOXES)
+    else:
+        rows_smem = _y_chunks(a_bufs.index(s), ROWS, BOXES)
+    _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past the tensor's come as zeros, past n are never stored
+    pos, tile, mk = _place_pairs(table, t0, n, ROWS, K, K_P2, EL_P2)
     mbarrier.wait(bar, (step // STAGES) & 1)  # the rows have landed
     places = gl.convert_layout(pos, EVERY)
     for r in gl.static_range(ROWS):
@@ -476,11 +497,41 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
             for k in gl.static_range(K):
                 _tma_store(pair_desc, [_pick(places, r, k), 0, 0], rows_smem.slice(r, 1))
     moe_bulk_stores_done()
-    _barrier()  # the rows and pairs placed, by every thread, before the counts
-    moe_fence_gpu()
-    gl.atomic_add(_buffer(table, SCHED, gl.int32) + LANDED + tile, gl.full([ROWS, K_P2], 1, gl.int32, layout=L),
-                  mask=mk, sem="relaxed", scope="gpu")  # fmt: skip
+    _count_landed(table, tile, mk, LANDED)  # the rows and pairs placed, by every thread, before the counts
     return step + 1
+
+
+@gluon.jit
+def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, table, row0, row_end, b_row, KB, step,
+                   ROW_LEN: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """:func:`gluon_scaled_tiles._fill` for an L1 item whose A rows are gathered, not copied by dispatch: each K
+    block's B lo and hi blocks (rows from ``b_row``) by TMA, and the 128-byte pieces of its M tile's token rows
+    (``rows_ptr``: rows of ROW_LEN values; the tile's pairs [row0, row_end) in sorted_row, rows past them
+    zeros) by every thread's cp.async into the stage's A buffer, counted on the stage's barrier: each thread
+    adds its pending copies to it before one thread's expect-tx arrival can complete the phase. Returns the
+    next step."""
+    BLOCK_M: gl.constexpr = a_bufs.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.shape[2]
+    HALF: gl.constexpr = lo_bufs.shape[1]
+    VEC: gl.constexpr = 128 // a_bufs.dtype.primitive_bitwidth  # values in 16 bytes: a cp.async each
+    L: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // BLOCK_K, BLOCK_K // VEC], [gl.num_warps(), 1], [1, 0])
+    r = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, L))
+    ok = r < row_end
+    token = gl.load(_buffer(table, SORTED_ROW, gl.int32) + r, mask=ok, other=0, cache_modifier=".cg")
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, L))
+    src = rows_ptr + (token.to(gl.int64) * ROW_LEN)[:, None] + cols[None, :]
+    for kb in range(KB):
+        s = step % STAGES
+        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
+        bar = ready.index(s)
+        _cp_async(a_bufs.index(s), src + kb * BLOCK_K, mask=ok[:, None])
+        async_copy.mbarrier_arrive(bar)  # adds one pending arrival now, made when this thread's copies land
+        _barrier()
+        mbarrier.expect(bar, 2 * b_desc.block_type.nbytes)
+        _tma_load(b_desc, [b_row, kb * BLOCK_K], bar, lo_bufs.index(s))
+        _tma_load(b_desc, [b_row + HALF, kb * BLOCK_K], bar, hi_bufs.index(s))
+        step += 1
+    return step
 
 
 @gluon.jit
@@ -490,7 +541,8 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
             COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
             DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
-            STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+            STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr,
+            GATHER_A: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -498,11 +550,12 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     tokens' y_pair rows (:func:`_fill_combine`); runs each dispatch item itself (:func:`_dispatch_rows`, once
     the layout is done and, in fp8, the route items, whose quantized rows it copies; TRACE: its whole trace
     row), the stages it used in the slot's M tile word for the consumers to hand back. Past the last item it
-    hands them ``item_end``, which ends their loops."""
+    hands them ``item_end``, which ends their loops. GATHER_A: an L1 item's A rows are gathered from the token
+    rows (fp8: x_sym's, bf16: x's) by :func:`_fill_gathered`, and a dispatch item only places its pairs
+    (:func:`_place_pairs`, no stage); ``a_desc``, ``x_desc`` and ``pair_desc`` are not read."""
     N1: gl.constexpr = INTER // QBLOCK
     CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)  # L2 N tiles in a combine chunk
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    ROW_BOXES: gl.constexpr = pair_desc.block_type.shape[1]  # a row's 256-column chunks, padded to a power of two
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
     step = 0
@@ -525,6 +578,13 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             if is_l2:
                 step = _fill(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
                              expert * H + pid_n * 2 * QBLOCK, INTER // BLOCK_K, step, STAGES)  # fmt: skip
+            elif GATHER_A:
+                if FP8:
+                    token_rows = _buffer(table, X_SYM, gl.float8e4nv)
+                else:
+                    token_rows = x_ptr
+                step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, table, row0, row_end,
+                                      (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, H, STAGES)  # fmt: skip
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
                              (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, STAGES)  # fmt: skip
@@ -536,14 +596,22 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                 zero += moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
             n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
             idx = item - DISPATCH_START
-            _publish(items, item_full, taken, item, (idx * DISPATCH_ROWS < n).to(gl.int32), 0, 0, 0, 0)
+            if GATHER_A:  # no stage: the pairs' places only
+                _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
+            else:
+                _publish(items, item_full, taken, item, (idx * DISPATCH_ROWS < n).to(gl.int32), 0, 0, 0, 0)
             if TRACE:
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
-            if idx * DISPATCH_ROWS < n:
+            if GATHER_A:
+                if idx * DISPATCH_ROWS < n:
+                    _, tile, placed = _place_pairs(table, idx * DISPATCH_ROWS, n, DISPATCH_ROWS, K, K_P2, EL_P2)
+                    _count_landed(table, tile, placed, LANDED)
+            elif idx * DISPATCH_ROWS < n:
                 if FP8:  # the token rows: x_sym's, a buffer of the layer's
                     rows_desc = x_desc
                 else:  # x's, which change from call to call: this call's, in the program's global scratch (made
                     # here, not at the loader's start, which would hand out the call's first items later)
+                    ROW_BOXES: gl.constexpr = pair_desc.block_type.shape[1]  # a row's 256-column chunks, a power of 2
                     rows_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1],
                                                            [DISPATCH_ROWS, ROW_BOXES, 256], Y_CHUNKS)  # fmt: skip
                 step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2,
@@ -633,12 +701,49 @@ def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.co
 
 
 @gluon.jit
+def _pair_ranks(counter, ids, mask_t, K: gl.constexpr, E_P2: gl.constexpr):
+    """Each pair's rank among the pairs to its expert, for the top-k ``ids`` [tokens, K_P2] of the tokens
+    ``mask_t``, from the experts' pair counters at ``counter``: one atomic add per expert the tokens chose, of
+    how many of their pairs it gets, instead of one per pair (every route item adds to the same E counters);
+    among the tokens, a pair ranks after the earlier tokens' pairs to its expert."""
+    L: gl.constexpr = ids.type.layout
+    ROWS: gl.constexpr = ids.shape[0]
+    e = gl.arange(0, E_P2, layout=gl.SliceLayout(0, L))
+    kk = gl.arange(0, ids.shape[1], layout=gl.SliceLayout(0, L))
+    chosen = gl.zeros([ROWS, E_P2], gl.int32, layout=L)  # token t chose expert e (a token's k experts differ)
+    for k in gl.static_range(K):
+        id_k = gl.sum(gl.where(kk[None, :] == k, ids, 0), axis=1)
+        chosen += ((e[None, :] == id_k[:, None]) & mask_t[:, None]).to(gl.int32)
+    # The adds from a layout that holds each expert's count in one thread: Triton leaves an add's result
+    # undefined in the threads that hold a copy of its element and skip it, so the adds go from the first of
+    # ADD_ROWS rows and a sum over the rows hands every thread their old values.
+    TPW_E: gl.constexpr = E_P2 if E_P2 < 32 else 32
+    A: gl.constexpr = gl.BlockedLayout([1, E_P2 // TPW_E], [32 // TPW_E, TPW_E], [gl.num_warps(), 1], [1, 0])
+    ADD_ROWS: gl.constexpr = 32 // TPW_E * gl.num_warps()
+    r = gl.arange(0, ADD_ROWS, layout=gl.SliceLayout(1, A))
+    ea = gl.arange(0, E_P2, layout=gl.SliceLayout(0, A))
+    count = gl.convert_layout(gl.sum(chosen, axis=0), gl.SliceLayout(0, A))
+    adds = gl.where(r[:, None] == 0, count[None, :], 0)
+    first = adds > 0
+    old = gl.atomic_add(counter + ea[None, :] + 0 * r[:, None], adds, mask=first, sem="relaxed", scope="gpu")
+    base = gl.convert_layout(gl.sum(gl.where(first, old, 0), axis=0), gl.SliceLayout(0, L))
+    start = _cumsum(chosen, 0) - chosen + base[None, :]  # token t's rank at expert e
+    rank = gl.zeros(ids.shape, gl.int32, layout=L)
+    for k in gl.static_range(K):
+        id_k = gl.sum(gl.where(kk[None, :] == k, ids, 0), axis=1)
+        rank_k = gl.sum(gl.where(e[None, :] == id_k[:, None], start, 0), axis=1)
+        rank = gl.where(kk[None, :] == k, rank_k[:, None], rank)
+    return rank
+
+
+@gluon.jit
 def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.constexpr, E: gl.constexpr,
                 E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
-                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr, BATCHED_RANKS: gl.constexpr):  # fmt: skip
     """Consumer ``part``'s half of the tokens of route item ``item`` (``persistent._route_item`` at world 1):
     their top-k and plan (column chunk 0: each pair's rank among the pairs to its expert, a token's slot is
-    the token), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
+    the token; BATCHED_RANKS: by :func:`_pair_ranks`, else an atomic add per pair), and in fp8 their
+    ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
     CHUNKS: gl.constexpr = H // ROUTE_COLS
     ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
@@ -654,8 +759,11 @@ def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.con
                              mask_t, E, E_P2, K, K_P2, L)  # fmt: skip
             kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
             valid = mask_t[:, None] & (kk[None, :] < K)
-            rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=valid,
-                                 sem="relaxed", scope="gpu")  # fmt: skip
+            if BATCHED_RANKS:
+                rank = _pair_ranks(sched + PAIR_COUNT, ids, mask_t, K, E_P2)
+            else:
+                rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L),
+                                     mask=valid, sem="relaxed", scope="gpu")  # fmt: skip
             gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
             # the tokens counted routed once their pairs are: the plan item waits for this count, not for the
             # quantization below
@@ -801,11 +909,13 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 @gluon.jit
 def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
                M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
-               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr,
-               FAST_ACCUM: gl.constexpr):  # fmt: skip
+               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
+               GATHER_A: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
     next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
-    in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone."""
+    in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone.
+    GATHER_A: L1's A rows come by cp.async (:func:`_fill_gathered`), so its K loop fences each stage (bf16's
+    one K loop, L2's too)."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
@@ -830,7 +940,7 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
         step = _pass_stages(ready, empty, gl.where(is_l2, KB2, KB1), step, STAGES)
     elif not FP8:
         lo, hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, gl.where(is_l2, KB2, KB1), step, ROW0,
-                                    STAGES, mma)  # fmt: skip
+                                    STAGES, mma, GATHER_A)  # fmt: skip
         if is_l2:
             _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
         else:
@@ -839,7 +949,7 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
         hs_ptr = _buffer(table, H_SCALE, gl.float32)
         lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
         lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
-                               lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma, FAST_ACCUM)  # fmt: skip
+                               lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma, FAST_ACCUM, False)  # fmt: skip
         _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
     else:
         rows = gl.load(_buffer(table, SORTED_ROW, gl.int32) + offs_m, mask=row_ok, other=0,
@@ -847,7 +957,7 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
         gate_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1  # gate's scales, then up's
         gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty,
                                  _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row, gate_row + KB1,
-                                 KB1, step, ROW0, STAGES, mma, FAST_ACCUM)  # fmt: skip
+                                 KB1, step, ROW0, STAGES, mma, FAST_ACCUM, GATHER_A)  # fmt: skip
         _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m, row_end,
                pid_n, INTER)  # fmt: skip
     _release(done)
@@ -866,7 +976,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
+              BATCHED_RANKS: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -879,7 +990,8 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         if TRACE and part == 0:
             started = _globaltimer()
         if item < PLAN_START:
-            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8)
+            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8,
+                        BATCHED_RANKS)  # fmt: skip
             _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
         elif item < LAYOUT_START:
             if part == 0:
@@ -891,7 +1003,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
-                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM)  # fmt: skip
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM, GATHER_A)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
@@ -913,7 +1025,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, BATCHED_RANKS: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -924,10 +1036,14 @@ def moe_persistent_gluon(
     ``persistent_launch.persistent_weights``), ``w2_desc`` (K-major): descriptors of [128, K step] boxes
     (e4m3 [128, 128] or bf16 [128, 64]). H and INTER multiples of 256; STAGES 2 to 4 (48 KB each). FAST_ACCUM
     (fp8): each GEMM's sums kept in the tensor cores, not promoted per K block (``gluon_scaled_tiles``). TRACE:
-    each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. The last program to
-    leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, BLOCK_K], a_desc.layout)
+    each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. GATHER_A: L1 gathers its A
+    rows from the token rows by cp.async in a loader of 4 warps (the loader's warpgroup has their registers
+    either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None.
+    BATCHED_RANKS: route items rank their pairs with an atomic add per expert (:func:`_pair_ranks`). The last
+    program to leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
+    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
+    # A's stages as h's boxes: [128, K step] of 128-byte rows, the layout every A operand (a_sorted, h) takes
+    a_bufs = gl.allocate_shared_memory(h_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, BLOCK_K], h_desc.layout)
     lo_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, BLOCK_K], w1_desc.layout)
     hi_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, BLOCK_K], w1_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -947,18 +1063,18 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, BATCHED_RANKS)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, BATCHED_RANKS)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                    BLOCK_HC, PLAN_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE,
-                   FP8)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
+                   FP8, GATHER_A)),
+    ], [4, 4 if GATHER_A else 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)
     if gl.atomic_add(sched_ptr + EXITED, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:

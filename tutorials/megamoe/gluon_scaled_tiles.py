@@ -144,20 +144,30 @@ def _row_scales(a_row, row_ok, lo_row, hi_row, kb, KB):
 
 @gluon.jit
 def _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0: gl.constexpr,
-            STAGES: gl.constexpr, mma: gl.constexpr, FAST_ACCUM: gl.constexpr):  # fmt: skip
+            STAGES: gl.constexpr, mma: gl.constexpr, FAST_ACCUM: gl.constexpr, GENERIC_A: gl.constexpr):  # fmt: skip
     """The block-scaled fp8 K loop of a consumer's rows: :func:`_k_loop_promoted`, or :func:`_k_loop_fast`
-    where FAST_ACCUM (the same arguments and results)."""
+    where FAST_ACCUM (the same arguments and results). GENERIC_A: the stages' A rows were written by the
+    generic proxy (cp.async), so each stage's wait is followed by a proxy fence before its wgmmas read them."""
     if FAST_ACCUM:
         return _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0,
-                            STAGES, mma)  # fmt: skip
+                            STAGES, mma, GENERIC_A)  # fmt: skip
     else:
         return _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step, ROW0,
-                                STAGES, mma)  # fmt: skip
+                                STAGES, mma, GENERIC_A)  # fmt: skip
+
+
+@gluon.jit
+def _wait_stage(ready, step, STAGES: gl.constexpr, GENERIC_A: gl.constexpr):
+    """Wait until stage ``step % STAGES`` has landed; where GENERIC_A, then order its A rows (written by cp.async,
+    the generic proxy) before this thread's wgmmas (the async proxy) read them."""
+    mbarrier.wait(ready.index(step % STAGES), (step // STAGES) & 1)
+    if GENERIC_A:
+        fence_async_shared()
 
 
 @gluon.jit
 def _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
-                     ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+                     ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr, GENERIC_A: gl.constexpr):  # fmt: skip
     """A consumer's rows (``ROW0`` of the stages' A rows on) of one tile over KB K blocks from ``step`` on:
     (lo, hi, next step), the block-scaled sums. Each K block's product goes into a fresh accumulator (the
     tensor cores sum 128 K values) that the CUDA cores scale and add to the float32 sum, lo then hi, as
@@ -171,7 +181,7 @@ def _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_r
     for kb in range(KB):
         a_n, lo_n, hi_n = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
         s = step % STAGES
-        mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+        _wait_stage(ready, step, STAGES, GENERIC_A)
         a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
         part = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
         part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
@@ -187,7 +197,7 @@ def _k_loop_promoted(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_r
 
 @gluon.jit
 def _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
-                 ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+                 ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr, GENERIC_A: gl.constexpr):  # fmt: skip
     """:func:`_k_loop_promoted`'s contract (KB even), with each accumulator's whole sum kept in the tensor cores:
     in units of the scales of the K block its next wgmma adds (the last ratio takes it to units of 1), two
     K blocks per iteration in the order of the module docstring."""
@@ -199,14 +209,14 @@ def _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, 
         a_1, lo_1, hi_1 = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
         a_2, lo_2, hi_2 = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 2, KB)
         s0 = step % STAGES
-        mbarrier.wait(ready.index(s0), (step // STAGES) & 1)
+        _wait_stage(ready, step, STAGES, GENERIC_A)
         a = a_bufs.index(s0).slice(ROW0, CONSUMER_ROWS)
         lo = warpgroup_mma(a, lo_bufs.index(s0).permute((1, 0)), acc_lo, is_async=True)
         hi = warpgroup_mma(a, hi_bufs.index(s0).permute((1, 0)), acc_hi, is_async=True)
         acc_lo, hi = warpgroup_mma_wait(num_outstanding=1, deps=(lo, hi))
         acc_lo = acc_lo * _ratio(a_s, lo_s, a_1, lo_1)  # beside hi's wgmma
         s1 = (step + 1) % STAGES
-        mbarrier.wait(ready.index(s1), ((step + 1) // STAGES) & 1)
+        _wait_stage(ready, step + 1, STAGES, GENERIC_A)
         a = a_bufs.index(s1).slice(ROW0, CONSUMER_ROWS)
         lo = warpgroup_mma(a, lo_bufs.index(s1).permute((1, 0)), acc_lo, is_async=True)
         acc_hi, lo = warpgroup_mma_wait(num_outstanding=1, deps=(hi, lo))
@@ -225,7 +235,7 @@ def _k_loop_fast(a_bufs, lo_bufs, hi_bufs, ready, empty, a_row, row_ok, lo_row, 
 
 @gluon.jit
 def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.constexpr, STAGES: gl.constexpr,
-                 mma: gl.constexpr):  # fmt: skip
+                 mma: gl.constexpr, GENERIC_A: gl.constexpr):  # fmt: skip
     """A consumer's rows (``ROW0`` of the stages' A rows on) of one bf16 tile over KB K blocks (a multiple of
     BURST) from ``step`` on: (lo, hi, next step). BURST K blocks a loop iteration, their wgmmas issued as
     their stages land, each stage released once the wgmmas that read it are done; the last BURST drains
@@ -240,7 +250,7 @@ def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.cons
     for _ in range(0, KB, BURST):
         for j in gl.static_range(BURST):
             s = (step + j) % STAGES
-            mbarrier.wait(ready.index(s), ((step + j) // STAGES) & 1)
+            _wait_stage(ready, step + j, STAGES, GENERIC_A)
             a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
             acc_lo = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), acc_lo, is_async=True)
             acc_hi = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), acc_hi, is_async=True)
@@ -286,9 +296,11 @@ def _consumer(a_bufs, lo_bufs, hi_bufs, ready, empty, c_desc, c_buf, a_scale, b_
             offs_m = m0 + ROW0 + gl.arange(0, ROWS, layout=rows_layout)
             lo_row = b_scale + (n0 // HALF) * KB
             acc_lo, acc_hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale + offs_m * KB, offs_m < M,
-                                           lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma, FAST_ACCUM)  # fmt: skip
+                                           lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma, FAST_ACCUM,
+                                           False)  # fmt: skip
         else:
-            acc_lo, acc_hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0, STAGES, mma)
+            acc_lo, acc_hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0, STAGES, mma,
+                                                False)  # fmt: skip
         _store(c_desc, c_buf, acc_lo, m0 + ROW0, n0)
         _store(c_desc, c_buf, acc_hi, m0 + ROW0, n0 + HALF)
     tma.store_wait(0)

@@ -37,7 +37,8 @@ class PersistentConfig:
     ``block_k`` and ``block_n1`` at 128, the scale block. ``tma_w1`` / ``tma_w2`` / ``tma_h``: load the
     L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads). ``tma_a``:
     dispatch also copies each pair's A row to its place in the pair layout (``a_sorted``), and L1 loads
-    it through a TMA descriptor (else L1 gathers the received rows with pointer loads). ``programs``: the
+    it through a TMA descriptor (else L1 gathers the received rows with pointer loads; in the Gluon kernel its
+    loader gathers the token rows by cp.async, and dispatch copies no row). ``programs``: the
     grid (0: the GPU's SMs divided by the PEs sharing it). Small items: ``route_tokens`` x ``route_cols``
     per route item, ``dispatch_rows``, ``combine_rows`` and ``reduce_rows`` per item of those regions
     (powers of two). ``trace``: every item records when it ran
@@ -46,13 +47,15 @@ class PersistentConfig:
     its L1 and L2 tiles at half the rows, its A rows gathered even where ``tma_a`` (random routing leaves
     many such tiles nearly empty). ``gluon`` (world 1): the call runs as
     ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
-    256-column L2 tiles, A rows and every other GEMM operand through TMA, 2 to 4 stages, K-major weights;
-    :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on there). ``fast_accum``
+    256-column L2 tiles, every GEMM operand through TMA but L1's A rows where ``tma_a`` is off, 2 to 4 stages,
+    K-major weights; :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on
+    there). ``fast_accum``
     (fp8): keep each GEMM tile's sums in the tensor cores, rescaled per K block, instead of promoting each
     K block's product into float32 sums (3x the error from the quantization-aware reference at the
     production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster there). The
     Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
-    with its sums in the tensor cores 128 rows.
+    with its sums in the tensor cores 128 rows. ``batched_ranks`` (the Gluon kernel): route items take their
+    pairs' ranks with one atomic add per expert their tokens chose, not one per pair.
     """
 
     block_m: int = 64
@@ -76,6 +79,7 @@ class PersistentConfig:
     half_tail: bool = False
     gluon: bool = False
     fast_accum: bool = False
+    batched_ranks: bool = False
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
@@ -164,13 +168,13 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
                 f"push between ranks; its consumers take two or four K blocks a step), got world {cfg.world}, "
                 f"hidden {h}, intermediate {i}: set gluon=False")  # fmt: skip
     k_step = FP8_BLOCK if cfg.precision == "fp8" else GLUON_BF16_BLOCK_K
-    tiles = (pc.block_m, pc.block_n1, pc.block_n2, pc.block_k, pc.tma_a, pc.tma_w1, pc.tma_w2, pc.half_tail,
+    tiles = (pc.block_m, pc.block_n1, pc.block_n2, pc.block_k, pc.tma_w1, pc.tma_w2, pc.half_tail,
              2 <= pc.num_stages <= 4)  # fmt: skip
-    if tiles != (128, FP8_BLOCK, 2 * FP8_BLOCK, k_step, True, True, True, False, True):
-        return (f"needs block_m=128, block_n1=128, block_n2=256, block_k={k_step}, tma_a, tma_w1 and tma_w2, no "
+    if tiles != (128, FP8_BLOCK, 2 * FP8_BLOCK, k_step, True, True, False, True):
+        return (f"needs block_m=128, block_n1=128, block_n2=256, block_k={k_step}, tma_w1 and tma_w2, no "
                 f"half_tail and 2 to 4 stages (its tiles: two 64-row consumers, 48 KB stages), got "
                 f"block_m={pc.block_m}, block_n1={pc.block_n1}, block_n2={pc.block_n2}, block_k={pc.block_k}, "
-                f"tma_a={pc.tma_a}, tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, half_tail={pc.half_tail}, "
+                f"tma_w1={pc.tma_w1}, tma_w2={pc.tma_w2}, half_tail={pc.half_tail}, "
                 f"num_stages={pc.num_stages}")  # fmt: skip
     if cfg.top_k > 32:
         return (f"holds a token's pairs' y_pair rows in one 16 KB stage buffer, at least 256 columns each: top_k "
@@ -179,7 +183,7 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
     row_bytes = _row_bytes(cfg)
-    if pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
+    if pc.tma_a and pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
         return (f"holds a dispatch item's token rows in one 16 KB stage buffer, each a TMA box of hidden / 256 "
                 f"chunks rounded up to a power of two: dispatch_rows * the row's box bytes must be <= 16384, got "
                 f"{pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
@@ -213,6 +217,9 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
+    if pc.batched_ranks and not pc.gluon:
+        raise ValueError("PersistentConfig.batched_ranks ranks pairs in the Gluon kernel's route items (world 1): "
+                         "set gluon=1, or leave batched_ranks off")  # fmt: skip
     if cfg.precision == "fp8" and not pc.gluon and not pc.fast_accum and pc.block_m > 64:
         raise ValueError(
             f"PersistentConfig.block_m={pc.block_m}: the Triton kernel's fp8 sums, promoted per K block, fit its "
@@ -333,6 +340,8 @@ def descriptors(cfg: MoEConfig, pc: PersistentConfig, weights: dict[str, Any],
         out["y_desc"] = GluonDescriptor.from_tensor(
             y_pair.view(-1, hid // 256, 256), [1, gluon_combine_cols(cfg) // 256, 256],
             Y_CHUNKS.value)  # fmt: skip
+        if not pc.tma_a:  # L1 gathers the token rows itself: dispatch copies none
+            return out
         # dispatch: each token row to its pairs' places in a_sorted; fp8's rows are x_sym's (bf16's are x's, which
         # change from call to call: the kernel makes their descriptor)
         unswizzled = X_CHUNKS.value if cfg.precision == "fp8" else Y_CHUNKS.value
@@ -445,9 +454,10 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
     sch = schedule(cfg, pc)
     params = [
         ("logits_ptr", "logits"), ("x_ptr", "x"), ("y_ptr", "y"), ("table", "buffer_table"),
-        ("epoch_ptr", "call_epoch"), ("a_desc", "a_desc"), ("h_desc", "h_desc"), ("w1_desc", "w1_desc"),
-        ("w2_desc", "w2_desc"), ("y_desc", "y_desc"), ("x_desc", "x_desc" if fp8 else None),
-        ("pair_desc", "pair_desc"), ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
+        ("epoch_ptr", "call_epoch"), ("a_desc", "a_desc" if pc.tma_a else None), ("h_desc", "h_desc"),
+        ("w1_desc", "w1_desc"), ("w2_desc", "w2_desc"), ("y_desc", "y_desc"),
+        ("x_desc", "x_desc" if fp8 and pc.tma_a else None), ("pair_desc", "pair_desc" if pc.tma_a else None),
+        ("T", "T"), ("me", "me"), ("wait_ms", "wait_ms"),
         ("item_begin", "item_begin"), ("item_end", "item_end"), ("trace_ptr", "trace" if pc.trace else None),
     ]  # fmt: skip
     starts = {k: v for k, v in sch.starts().items() if k != "REDUCE_START"}
@@ -459,7 +469,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
-        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum,
+        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a, BATCHED_RANKS=pc.batched_ranks,
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
