@@ -334,23 +334,29 @@ def test_gluon_scaled_tiles_without_scales_run_the_bf16_k_loop(tmp_path):
 
 @pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])
 def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name, tmp_path):
-    """``gluon_persistent.moe_persistent_gluon`` (the call at world 1 in Gluon), as the layer launches it in
-    fp8 and in bf16, compiles for sm_90 with four stages: fp8 / bf16 wgmma from the stages, registers
-    reallocated per partition, shared memory within an SM's, the raw bounded waits, signal and SwiGLU inlined
-    (no raw function left), no wgmma serialized and no wait added by ptxas (C75xx). fp8: each consumer's two K
-    loops (L1's, L2's) wait for each K block's lo and hi products, none left in flight; bf16: its one K loop
-    (L1's and L2's) three times per four K blocks with two (a K block's pair) in flight, then for all. In the
-    K loops ptxas reloads at most one word from the stack (the shared memory base, kept there across the
-    partitions' register reallocation), and nothing else: the buffers' addresses come from a table where
-    they are used, so no consumer holds them. The loader stores the dispatch items' rows by TMA and waits for
-    their writes before counting them."""
+    """``gluon_persistent.moe_persistent_gluon`` (the call at world 1 in Gluon) with ``tma_a`` (dispatch copies the pair
+    rows, L1 loads them by TMA), fp8 and bf16, compiles for sm_90 with four stages: fp8 / bf16 wgmma from the
+    stages, registers reallocated per partition, shared memory within an SM's, the raw bounded waits, signal and
+    SwiGLU inlined (no raw function left), no wgmma serialized and no wait added by ptxas (C75xx). fp8: each
+    consumer's two K loops (L1's, L2's) wait for each K block's lo and hi products, none left in flight; bf16: its
+    one K loop (L1's and L2's) three times per four K blocks with two (a K block's pair) in flight, then for all. In
+    the K loops ptxas reloads at most one word from the stack (the shared memory base, kept there across the
+    partitions' register reallocation), and nothing else: the buffers' addresses come from a table where they are
+    used, so no consumer holds them. The loader stores the dispatch items' rows by TMA and waits for their writes
+    before counting them."""
+    import dataclasses
+
     from conftest import assert_raw_inlined, ptxas_report, sass
 
+    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
+
     fp8 = name == "moe_persistent_gluon"
-    ((cfg, launch),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == name]
+    ((cfg, default),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == name]
     assert (cfg.world, cfg.precision) == (1, "fp8" if fp8 else "bf16")
-    compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32),
-                              options=aot.options_for(launch.name))  # fmt: skip
+    pc = dataclasses.replace(choose_persistent(cfg), tma_a=True, dispatch_rows=4 if fp8 else 2)
+    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
+    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
+                              options=aot.options_for(default.name))  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert_raw_inlined(compiled)
     mma = r"m64n128k32\.f32\.e4m3\.e4m3" if fp8 else r"m64n128k16\.f32\.bf16\.bf16"
@@ -385,24 +391,21 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
 
 @pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])
 def test_gluon_persistent_kernel_gathers_l1s_rows_without_tma_a(name, tmp_path):
-    """The Gluon kernel with ``tma_a`` off compiles for sm_90 with L1's A rows gathered by its loader, now 4
-    warps within the registers its warpgroup had: 16-byte cp.async copies into the stages, each thread's
-    copies counted on the stage's barrier (one cp.async.mbarrier.arrive, after which the partition syncs
-    before one thread's expect-tx arrival), a proxy fence after each L1 stage's wait in each consumer
-    (generic writes read by wgmma), and no TMA stores: dispatch copies no row. No wgmma is serialized and the
-    K loops reload at most the shared memory base from the stack. With ``batched_ranks`` too (its route items'
-    adds), as the two are timed together."""
-    import dataclasses
+    """The Gluon kernel as the layer launches it (``tma_a`` off) compiles for sm_90 with L1's A rows gathered by its
+    loader, now 4 warps within the registers its warpgroup had: 16-byte cp.async copies into the stages, each
+    thread's copies counted on the stage's barrier (one cp.async.mbarrier.arrive, after which the partition syncs
+    before one thread's expect-tx arrival), a proxy fence after each L1 stage's wait in each consumer (generic
+    writes read by wgmma), and no TMA stores: dispatch copies no row. No wgmma is serialized and the K loops reload
+    at most the shared memory base from the stack."""
 
     from conftest import ptxas_report, sass
 
-    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
+    from tutorials.megamoe.persistent_launch import choose_persistent
 
-    ((cfg, default),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == name]
-    pc = dataclasses.replace(choose_persistent(cfg), tma_a=False, batched_ranks=True)
-    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
-    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
-                              options=aot.options_for(default.name))  # fmt: skip
+    ((cfg, launch),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == name]
+    assert not choose_persistent(cfg).tma_a and launch.constexprs["GATHER_A"] is True
+    compiled = triton.compile(aot.ast_source(launch, cfg), target=GPUTarget("cuda", 90, 32),
+                              options=aot.options_for(launch.name))  # fmt: skip
     ptx = compiled.asm["ptx"]
     code = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith((".loc", "//"))]
     copies = [line for line in code if line.startswith("cp.async.cg.shared.global")]

@@ -184,10 +184,11 @@ def test_bf16_weights_for_the_gluon_kernel_are_k_major_with_gate_and_up_blocks_i
 def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     """The Gluon kernel's launch passes its parameters in the kernel's order (the layer passes them by
     position); ``buffer_table`` holds the address of each buffer of ``BUFFER_TABLE``, every one a buffer or
-    weight of the layer, in that order (bf16: 0 for the fp8 scales it does not have); its descriptors are
-    Gluon's, boxes of 128 rows of 128 bytes (e4m3 [128, 128], bf16 [128, 64]); fp8 also binds its dispatch
-    items' descriptors (x_sym's token rows, a_sorted's pair rows, as [rows, H / 256, 256]); bf16 only the
-    pairs' (its kernel makes the one of x, which changes from call to call)."""
+    weight of the layer, in that order (bf16: 0 for the fp8 scales it does not have); with ``tma_a`` (dispatch
+    copies the pair rows) its descriptors are Gluon's, boxes of 128 rows of 128 bytes (e4m3 [128, 128], bf16
+    [128, 64]), and fp8 also binds its dispatch items' descriptors (x_sym's token rows, a_sorted's pair rows,
+    as [rows, H / 256, 256]); bf16 only the pairs' (its kernel makes the one of x, which changes from call to
+    call). By default (L1 gathers the token rows) the table's a_sorted entry is 0 too."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from tutorials.megamoe.gluon_persistent import BUFFER_TABLE, moe_persistent_gluon
@@ -195,7 +196,9 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
 
     fp8 = precision == "fp8"
     cfg = MoEConfig(256, 256, 2, 1, 256, precision=precision)  # 128 pairs per expert: 128-row tiles
-    pc = choose_persistent(cfg, gluon=True)
+    gathered = choose_persistent(cfg, gluon=True)
+    assert not gathered.tma_a
+    pc = dataclasses.replace(gathered, tma_a=True)
     launch = persistent_launch(cfg, pc, 66)
     assert (launch.name, launch.grid, launch.num_warps) == ("moe_persistent_gluon" + ("" if fp8 else "_bf16"), (66,), 4)
     runtime = [p for p, _ in launch.params]
@@ -218,6 +221,11 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     assert table == [everything[key].data_ptr() if key in everything else 0 for key in BUFFER_TABLE]
     absent = {key for key, address in zip(BUFFER_TABLE, table, strict=True) if address == 0}
     assert absent == (set() if fp8 else {"x_scale", "h_scale", "w1s", "w2s"})
+    sym, local = persistent_buffers(cfg, gathered)
+    gathered_buffers = {n: torch.zeros(shape, dtype=getattr(torch, d))
+                        for n, shape, d in [*cfg.symmetric_buffers(), *cfg.local_buffers(), *sym, *local]}  # fmt: skip
+    table = call_extras(cfg, gathered, {**gathered_buffers, **weights})["buffer_table"].tolist()
+    assert {key for key, address in zip(BUFFER_TABLE, table, strict=True) if address == 0} == absent | {"a_sorted"}
     for key in ("a_desc", "h_desc", "w1_desc", "w2_desc"):
         assert isinstance(extras[key], TensorDescriptor)
         assert list(extras[key].block_shape) == [128, 128 if fp8 else 64]
@@ -250,9 +258,10 @@ def test_gluon_launch_binds_the_buffer_table_in_order(precision):
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"num_stages": 1}, "2 to 4 stages .*num_stages=1"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"block_m": 64}, "needs block_m=128.*got block_m=64"),
     (dataclasses.replace(PRODUCTION, precision="fp8"), {"route_tokens": 1}, "route_tokens must be >= 2, got 1"),
-    (dataclasses.replace(PRODUCTION, precision="fp8"), {"dispatch_rows": 8}, "16 KB stage buffer.*got 8 \\* 4096"),
-    (PRODUCTION, {"dispatch_rows": 4}, "16 KB stage buffer.*got 4 \\* 8192"),
-    (MoEConfig(7168, 2048, 16, 8, 512, precision="fp8"), {"dispatch_rows": 4},
+    (dataclasses.replace(PRODUCTION, precision="fp8"), {"tma_a": True, "dispatch_rows": 8},
+     "16 KB stage buffer.*got 8 \\* 4096"),
+    (PRODUCTION, {"tma_a": True, "dispatch_rows": 4}, "16 KB stage buffer.*got 4 \\* 8192"),
+    (MoEConfig(7168, 2048, 16, 8, 512, precision="fp8"), {"tma_a": True, "dispatch_rows": 4},
      "rounded up to a power of two.*got 4 \\* 8192: lower dispatch_rows"),
     (MoEConfig(4096, 1536, 64, 33, 512, precision="fp8"), {}, "top_k must be <= 32, got 33"),
 ])  # fmt: skip
@@ -315,12 +324,13 @@ def test_default_knobs():
     assert persistent_config(fp8_cfg, {"gluon": False, "fast_accum": True}) == fast
     assert [persistent_launch(fp8_cfg, pc, 132).constexprs["PROMOTE"] for pc in (fp8, fast)] == [True, False]
     # by default the Gluon kernel where it runs (world 1), with 128-row tiles, smaller dispatch and combine items
+    # (L1's loader gathers the token rows: dispatch copies none)
     fp8_gluon = choose_persistent(fp8_cfg)
-    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, block_m=128, dispatch_rows=4, combine_rows=4)
+    assert fp8_gluon == dataclasses.replace(fp8, gluon=True, block_m=128, tma_a=False, dispatch_rows=4, combine_rows=4)
     assert not choose_persistent(dataclasses.replace(fp8_cfg, num_experts=32, world=2)).gluon
-    # bf16 too, with 2 rows per dispatch item (rows of twice the bytes)
-    bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=True, tma_w2=True, half_tail=False,
-                                     dispatch_rows=2, combine_rows=4)  # fmt: skip
+    # bf16 too
+    bf16_gluon = dataclasses.replace(big, gluon=True, num_stages=4, tma_a=False, tma_w2=True, half_tail=False,
+                                     dispatch_rows=4, combine_rows=4)  # fmt: skip
     assert choose_persistent(PRODUCTION) == bf16_gluon == persistent_config(PRODUCTION, {})
     assert persistent_config(PRODUCTION, {"gluon": False}) == big
     assert persistent_config(PRODUCTION, {"half_tail": True}) == big, "knobs the Gluon kernel cannot run"
@@ -343,13 +353,14 @@ def test_default_knobs():
 @pytest.mark.parametrize("hidden", [7168, 8192])
 @pytest.mark.parametrize(("precision", "dispatch_rows"), [("fp8", 2), ("bf16", 1)])
 def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_rows, hidden):
-    """At H 7168 and 8192 a token's row is a TMA box of 32 chunks of 256 columns (H 7168's 28 padded to a
-    power of two), so four fp8 tokens' rows (two bf16) exceed a stage's 16 KB A buffer: the defaults take
-    fewer tokens per dispatch item, so the Gluon kernel still runs the shape."""
+    """With ``tma_a`` (dispatch copies the rows through a stage), at H 7168 and 8192 a token's row is a TMA
+    box of 32 chunks of 256 columns (H 7168's 28 padded to a power of two), so four fp8 tokens' rows (two
+    bf16) exceed a stage's 16 KB A buffer: such dispatch items are refused, fewer tokens run. By default
+    (no row copied) dispatch items take 4 tokens at any H."""
     cfg = MoEConfig(hidden, 2048, 16, 8, 512, precision=precision)
-    pc = choose_persistent(cfg)
-    assert pc.gluon and pc.dispatch_rows == dispatch_rows
-    assert gluon_misfit(cfg, pc) is None
+    assert choose_persistent(cfg).dispatch_rows == 4 and gluon_misfit(cfg, choose_persistent(cfg)) is None
+    pc = dataclasses.replace(choose_persistent(cfg), tma_a=True, dispatch_rows=dispatch_rows)
+    assert pc.gluon and gluon_misfit(cfg, pc) is None
     assert "lower dispatch_rows" in gluon_misfit(cfg, dataclasses.replace(pc, dispatch_rows=2 * dispatch_rows))
 
 
@@ -359,7 +370,7 @@ def test_gluon_dispatch_boxes_pad_a_row_to_a_power_of_two_chunks():
     from tutorials.megamoe.megamoe import meta_bindings
 
     cfg = MoEConfig(7168, 2048, 16, 8, 512, precision="fp8")
-    bound = meta_bindings(cfg, choose_persistent(cfg))
+    bound = meta_bindings(cfg, dataclasses.replace(choose_persistent(cfg), tma_a=True, dispatch_rows=2))
     for name, rows in (("pair_desc", 1), ("x_desc", 2)):
         assert list(bound[name].shape[1:]) == [28, 256]
         assert list(bound[name].block_shape) == [rows, 32, 256]
@@ -436,8 +447,8 @@ def test_tma_a_knob_adds_the_sorted_rows_and_binds_their_descriptor(precision):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_gluon_kernel_without_tma_a_gathers_l1s_rows_and_copies_none(precision):
-    """The Gluon kernel with tma_a off: L1's loader gathers the token rows itself (GATHER_A), so the layer has
-    no a_sorted and binds no descriptor of it or of dispatch's boxes, and a dispatch item, which then only
+    """The Gluon kernel with tma_a off (its default): L1's loader gathers the token rows itself (GATHER_A), so the layer
+    has no a_sorted and binds no descriptor of it or of dispatch's boxes, and a dispatch item, which then only
     places its pairs, may take more tokens than a stage holds rows of."""
     cfg = dataclasses.replace(PRODUCTION, precision=precision)
     pc = dataclasses.replace(choose_persistent(cfg), tma_a=False, dispatch_rows=16)
@@ -448,19 +459,8 @@ def test_gluon_kernel_without_tma_a_gathers_l1s_rows_and_copies_none(precision):
     assert (params["a_desc"], params["x_desc"], params["pair_desc"]) == (None, None, None)
     assert "a_sorted" not in {name for name, _, _ in persistent_buffers(cfg, pc)[1]}
     assert not {"a_desc", "x_desc", "pair_desc"} & set(meta_bindings(cfg, pc))
-    assert persistent_launch(cfg, choose_persistent(cfg), 132).constexprs["GATHER_A"] is False
-
-
-def test_batched_ranks_is_the_gluon_kernels():
-    """batched_ranks reaches the Gluon kernel's route items as a constexpr; the Triton kernel refuses it, naming
-    the knob."""
-    fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
-    launch = persistent_launch(fp8, dataclasses.replace(choose_persistent(fp8), batched_ranks=True), 132)
-    assert launch.constexprs["BATCHED_RANKS"] is True
-    assert persistent_launch(fp8, choose_persistent(fp8), 132).constexprs["BATCHED_RANKS"] is False
-    triton_fp8 = dataclasses.replace(choose_persistent(fp8, gluon=False), batched_ranks=True)
-    with pytest.raises(ValueError, match="batched_ranks ranks pairs in the Gluon kernel's route items.*gluon=1"):
-        persistent_launch(fp8, triton_fp8, 132)
+    copied = dataclasses.replace(choose_persistent(cfg), tma_a=True, dispatch_rows=2)
+    assert persistent_launch(cfg, copied, 132).constexprs["GATHER_A"] is False
 
 
 def test_trace_summary_per_region():

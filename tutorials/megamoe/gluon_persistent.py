@@ -288,15 +288,6 @@ def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
 
 
 @gluon.jit
-def _pair_tiles(layout_ptr, e, pos, owned, EL_P2: gl.constexpr):
-    """M tile of each pair at position ``pos`` of local expert ``e`` (0 where not ``owned``)."""
-    e_safe = gl.where(owned, e, 0)
-    first_pair = gl.load(layout_ptr + 1 + EL_P2 + e_safe, cache_modifier=".cg")
-    first_tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + e_safe, cache_modifier=".cg")
-    return gl.where(owned, first_tile + (pos - first_pair) // QBLOCK, 0)
-
-
-@gluon.jit
 def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.constexpr, N1: gl.constexpr,
                CHUNK_TILES: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr):  # fmt: skip
     """(M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the call's
@@ -448,10 +439,13 @@ def _place_pairs(table, t0, n, ROWS: gl.constexpr, K: gl.constexpr, K_P2: gl.con
     rank = gl.load(_buffer(table, RANK, gl.int32) + at, mask=mk, other=0, cache_modifier=".cg")
     gl.store(_buffer(table, RECV_IDS, gl.int32) + at, e, mask=mk)
     gl.store(_buffer(table, RECV_W, gl.float32) + at, wts, mask=mk)
+    # the one source's first pair per expert is the expert's first pair: a pair's M tile is its expert's first
+    # tile plus its rank's, both loaded at once
     pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + e, cache_modifier=".cg") + rank
+    tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + e, cache_modifier=".cg") + rank // QBLOCK
     gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, tokens[:, None] + gl.zeros_like(kk)[None, :], mask=mk)
     gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
-    return pos, _pair_tiles(layout_ptr, e, pos, mk, EL_P2), mk
+    return pos, gl.where(mk, tile, 0), mk
 
 
 @gluon.jit
@@ -560,6 +554,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     sched_ptr = _buffer(table, SCHED, gl.int32)
     step = 0
     taken = 0
+    quantized = gl.to_tensor(0)  # GATHER_A, fp8: the route items have quantized x (waited for once)
     _wait_slot(item_free, taken)
     item, n_mt = _take(sched_ptr, layout_ptr, gl.to_tensor(-1), me, wait_ms, item_begin, H, INTER, L1_START,
                        L2_START, COMBINE_START)  # fmt: skip
@@ -573,6 +568,10 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                 moe_wait_async(sched_ptr + LANDED + M_TILES + pid_m, PARTS * N1, WAIT_L1, me, wait_ms)
             else:
                 moe_wait_async(sched_ptr + LANDED + pid_m, gl.minimum(row_end - row0, QBLOCK), WAIT_LANDED, me, wait_ms)
+                if GATHER_A and FP8:  # the rows it gathers: x_sym's, once every route item has quantized its part
+                    if quantized == 0:
+                        moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
+                        quantized = gl.to_tensor(1)
             if TRACE:
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if is_l2:
@@ -592,7 +591,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             if TRACE:
                 started = _globaltimer()
             zero = moe_wait_async(sched_ptr + LAYOUT_DONE, 1, WAIT_LAYOUT, me, wait_ms)
-            if FP8:
+            if FP8 and not GATHER_A:  # the quantized rows it copies
                 zero += moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
             n = gl.load(_buffer(table, RECV_N, gl.int32) + zero, cache_modifier=".cg")
             idx = item - DISPATCH_START
@@ -701,49 +700,12 @@ def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.co
 
 
 @gluon.jit
-def _pair_ranks(counter, ids, mask_t, K: gl.constexpr, E_P2: gl.constexpr):
-    """Each pair's rank among the pairs to its expert, for the top-k ``ids`` [tokens, K_P2] of the tokens
-    ``mask_t``, from the experts' pair counters at ``counter``: one atomic add per expert the tokens chose, of
-    how many of their pairs it gets, instead of one per pair (every route item adds to the same E counters);
-    among the tokens, a pair ranks after the earlier tokens' pairs to its expert."""
-    L: gl.constexpr = ids.type.layout
-    ROWS: gl.constexpr = ids.shape[0]
-    e = gl.arange(0, E_P2, layout=gl.SliceLayout(0, L))
-    kk = gl.arange(0, ids.shape[1], layout=gl.SliceLayout(0, L))
-    chosen = gl.zeros([ROWS, E_P2], gl.int32, layout=L)  # token t chose expert e (a token's k experts differ)
-    for k in gl.static_range(K):
-        id_k = gl.sum(gl.where(kk[None, :] == k, ids, 0), axis=1)
-        chosen += ((e[None, :] == id_k[:, None]) & mask_t[:, None]).to(gl.int32)
-    # The adds from a layout that holds each expert's count in one thread: Triton leaves an add's result
-    # undefined in the threads that hold a copy of its element and skip it, so the adds go from the first of
-    # ADD_ROWS rows and a sum over the rows hands every thread their old values.
-    TPW_E: gl.constexpr = E_P2 if E_P2 < 32 else 32
-    A: gl.constexpr = gl.BlockedLayout([1, E_P2 // TPW_E], [32 // TPW_E, TPW_E], [gl.num_warps(), 1], [1, 0])
-    ADD_ROWS: gl.constexpr = 32 // TPW_E * gl.num_warps()
-    r = gl.arange(0, ADD_ROWS, layout=gl.SliceLayout(1, A))
-    ea = gl.arange(0, E_P2, layout=gl.SliceLayout(0, A))
-    count = gl.convert_layout(gl.sum(chosen, axis=0), gl.SliceLayout(0, A))
-    adds = gl.where(r[:, None] == 0, count[None, :], 0)
-    first = adds > 0
-    old = gl.atomic_add(counter + ea[None, :] + 0 * r[:, None], adds, mask=first, sem="relaxed", scope="gpu")
-    base = gl.convert_layout(gl.sum(gl.where(first, old, 0), axis=0), gl.SliceLayout(0, L))
-    start = _cumsum(chosen, 0) - chosen + base[None, :]  # token t's rank at expert e
-    rank = gl.zeros(ids.shape, gl.int32, layout=L)
-    for k in gl.static_range(K):
-        id_k = gl.sum(gl.where(kk[None, :] == k, ids, 0), axis=1)
-        rank_k = gl.sum(gl.where(e[None, :] == id_k[:, None], start, 0), axis=1)
-        rank = gl.where(kk[None, :] == k, rank_k[:, None], rank)
-    return rank
-
-
-@gluon.jit
 def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.constexpr, E: gl.constexpr,
                 E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
-                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr, BATCHED_RANKS: gl.constexpr):  # fmt: skip
+                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part``'s half of the tokens of route item ``item`` (``persistent._route_item`` at world 1):
     their top-k and plan (column chunk 0: each pair's rank among the pairs to its expert, a token's slot is
-    the token; BATCHED_RANKS: by :func:`_pair_ranks`, else an atomic add per pair), and in fp8 their
-    ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
+    the token), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
     CHUNKS: gl.constexpr = H // ROUTE_COLS
     ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
@@ -759,11 +721,8 @@ def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.con
                              mask_t, E, E_P2, K, K_P2, L)  # fmt: skip
             kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
             valid = mask_t[:, None] & (kk[None, :] < K)
-            if BATCHED_RANKS:
-                rank = _pair_ranks(sched + PAIR_COUNT, ids, mask_t, K, E_P2)
-            else:
-                rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L),
-                                     mask=valid, sem="relaxed", scope="gpu")  # fmt: skip
+            rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=valid,
+                                 sem="relaxed", scope="gpu")  # fmt: skip
             gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
             # the tokens counted routed once their pairs are: the plan item waits for this count, not for the
             # quantization below
@@ -976,8 +935,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
-              BATCHED_RANKS: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -990,8 +948,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         if TRACE and part == 0:
             started = _globaltimer()
         if item < PLAN_START:
-            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8,
-                        BATCHED_RANKS)  # fmt: skip
+            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8)
             _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
         elif item < LAYOUT_START:
             if part == 0:
@@ -1025,7 +982,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, BATCHED_RANKS: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1039,8 +996,7 @@ def moe_persistent_gluon(
     each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. GATHER_A: L1 gathers its A
     rows from the token rows by cp.async in a loader of 4 warps (the loader's warpgroup has their registers
     either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None.
-    BATCHED_RANKS: route items rank their pairs with an atomic add per expert (:func:`_pair_ranks`). The last
-    program to leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
+    The last program to leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
     BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
     # A's stages as h's boxes: [128, K step] of 128-byte rows, the layout every A operand (a_sorted, h) takes
     a_bufs = gl.allocate_shared_memory(h_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, BLOCK_K], h_desc.layout)
@@ -1063,12 +1019,12 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, BATCHED_RANKS)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, BATCHED_RANKS)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,

@@ -54,8 +54,7 @@ class PersistentConfig:
     K block's product into float32 sums (3x the error from the quantization-aware reference at the
     production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster there). The
     Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
-    with its sums in the tensor cores 128 rows. ``batched_ranks`` (the Gluon kernel): route items take their
-    pairs' ranks with one atomic add per expert their tokens chose, not one per pair.
+    with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
@@ -79,7 +78,6 @@ class PersistentConfig:
     half_tail: bool = False
     gluon: bool = False
     fast_accum: bool = False
-    batched_ranks: bool = False
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
@@ -94,11 +92,10 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = Fal
     them, none in a K loop); fewer pairs: 64-row tiles and 4 warps. Where the Gluon kernel runs (more
     than 96 pairs per expert expected, world 1, :func:`gluon_misfit`), it unless ``gluon`` is False (the
     H200 ran the production load's call 4-7 % faster than in the Triton kernel in fp8, 2-5 % in bf16, whose
-    K-major copy of the weights it makes), with 128-row tiles, every GEMM operand through TMA, 4 stages,
-    4 slots per dispatch item in fp8 and 2 in bf16 (twice the bytes a row; fewer where the rows of 4 or 2
-    tokens do not fit a stage's A buffer, as at H 7168 and 8192, whose rows' TMA boxes take 32 chunks of 256
-    columns), 4 tokens per combine item (an item takes one column chunk of them: at the production load the
-    last chunk's 128 items spread over the programs)."""
+    K-major copy of the weights it makes), with 128-row tiles, every GEMM operand through TMA but L1's A
+    rows, which its loader gathers (``tma_a`` off: dispatch copies no row; on an H100 the fp8 call took 4 %
+    less time, bf16 3 %), 4 stages, 4 tokens per dispatch item and per combine item (an item takes one column
+    chunk of them: at the production load the last chunk's 128 items spread over the programs)."""
     h, i = cfg.hidden, cfg.intermediate
     big = cfg.max_tokens * cfg.world * cfg.top_k / cfg.num_experts > 96
     if cfg.precision == "fp8":  # 16-token route items: 32 kept the kernel at 255 registers and spilled
@@ -114,11 +111,8 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = Fal
                               num_warps=4, num_stages=3, tma_w2=False)  # fmt: skip
     if not (gluon and big):
         return pc
-    dispatch_rows = 4 if cfg.precision == "fp8" else 2
-    while dispatch_rows > 1 and dispatch_rows * _row_bytes(cfg) > GLUON_STAGE_A_BYTES:
-        dispatch_rows //= 2
-    gluon_pc = dataclasses.replace(pc, gluon=True, block_m=128, block_n1=FP8_BLOCK, num_stages=4, tma_a=True,
-                                   tma_w1=True, tma_w2=True, half_tail=False, dispatch_rows=dispatch_rows,
+    gluon_pc = dataclasses.replace(pc, gluon=True, block_m=128, block_n1=FP8_BLOCK, num_stages=4, tma_a=False,
+                                   tma_w1=True, tma_w2=True, half_tail=False, dispatch_rows=4,
                                    combine_rows=4)  # fmt: skip
     return pc if gluon_misfit(cfg, gluon_pc) else gluon_pc
 
@@ -217,9 +211,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
-    if pc.batched_ranks and not pc.gluon:
-        raise ValueError("PersistentConfig.batched_ranks ranks pairs in the Gluon kernel's route items (world 1): "
-                         "set gluon=1, or leave batched_ranks off")  # fmt: skip
     if cfg.precision == "fp8" and not pc.gluon and not pc.fast_accum and pc.block_m > 64:
         raise ValueError(
             f"PersistentConfig.block_m={pc.block_m}: the Triton kernel's fp8 sums, promoted per K block, fit its "
@@ -369,10 +360,12 @@ def call_extras(cfg: MoEConfig, pc: PersistentConfig, buffers: dict[str, Any]) -
         from .gluon_persistent import BUFFER_TABLE
 
         device = buffers["sched"].device
-        # bf16 has no scales: their entries are 0, which its kernel does not read
-        scaleless = cfg.precision != "fp8"
-        addresses = [0 if device.type == "meta" or (scaleless and key not in buffers) else buffers[key].data_ptr()
-                     for key in BUFFER_TABLE]  # fmt: skip
+        # bf16 has no scales, and without tma_a there is no a_sorted: their entries are 0, which the kernel does
+        # not read
+        def unread(key: str) -> bool:
+            return key not in buffers and (cfg.precision != "fp8" or (key == "a_sorted" and not pc.tma_a))
+
+        addresses = [0 if device.type == "meta" or unread(key) else buffers[key].data_ptr() for key in BUFFER_TABLE]
         for key, address in zip(BUFFER_TABLE, addresses, strict=True):
             if address % 16:  # the kernel reads and writes them 16 bytes at a time
                 raise ValueError(f"persistent_launch: buffer {key!r} at {address:#x} is not 16-byte aligned, "
@@ -469,7 +462,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
-        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a, BATCHED_RANKS=pc.batched_ranks,
+        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
