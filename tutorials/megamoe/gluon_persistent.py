@@ -5,18 +5,22 @@ consumers (bf16: the same stages of 128-byte rows, 64 K columns, and a K loop wi
 
 Per program, three partitions::
 
-    loader (1 warp):  takes the next item from ``sched[NEXT]`` once the consumers have taken up the last
+    loader (4 warps, 1 with tma_a):
+                      takes the next item from ``sched[NEXT]`` once the consumers have taken up the last
                       one (a ring of one slot in shared memory: an item waits in a program behind at most
                       one other, as in the Triton kernel) and hands it to them, a GEMM item with its M
                       tile, N tile, expert and rows read from the layout; an L1 / L2 item past the call's
                       M tiles moves the counter to the next region instead (it waits for the layout once).
-                      For an L1 item it then waits until its M tile's rows have landed, for an L2 item
-                      until its M tile's L1 tiles are done, and loads every K block of A rows, B lo, B hi
-                      into the stages; for a combine item (a chunk of columns, 1024 at the production
-                      load, of a few tokens), once the chunk's L2 tiles are done, its tokens' pairs' y_pair
+                      For an L1 item it then waits until its M tile's pairs are placed (and, once, in fp8,
+                      until x is quantized), for an L2 item until its M tile's L1 tiles are done, and loads
+                      every K block of A rows, B lo, B hi into the stages (L1's A rows gathered from the
+                      token rows by every thread's cp.async, :func:`_fill_gathered`; with tma_a by TMA from
+                      the rows dispatch copied); for a combine item (a chunk of columns, 1024 at the
+                      production load, of a few tokens), once the chunk's L2 tiles are done, its tokens' pairs' y_pair
                       rows of the chunk by TMA into the stages' A buffers (a token's pairs a stage);
-                      each dispatch item itself, its tokens' rows by TMA into a stage and from there by TMA
-                      to their pairs' places (the consumers hand the stage back)
+                      each dispatch item itself: its pairs' places (with tma_a also its tokens' rows by TMA
+                      into a stage and from there by TMA to their pairs' places; the consumers hand the
+                      stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
                       of an expert's last tile of at most 64 rows); the c-th half of each route item's
@@ -56,7 +60,8 @@ The counters are ``persistent.moe_persistent``'s words of ``sched`` and ``layout
 L1 and L2 items count once per consumer (each finishes its half without waiting for the other's), so
 their waits expect twice the items, and that the plan item waits for the routed tokens' count (raised
 before the route items quantize), not for the route items: at world 1 it lays the pairs out itself, and
-the fp8 dispatch items wait for the route items. The first L1 items wait for nearly every dispatch item
+the fp8 dispatch items that copy rows (tma_a) wait for the route items (without tma_a each L1 loader
+waits for them once, before its first gather). The first L1 items wait for nearly every dispatch item
 (each M tile holds rows of most of them): on the H200 the plan ends 7.9 us into the call (the layout
 item after it ended at 13.3) and the last dispatch item at 22.3 (was 32.6). L2 tiles count per combine
 chunk, not per M tile: the L2 items go a chunk of columns at a time (every M tile's N tiles of the chunk)
