@@ -16,8 +16,9 @@ Per program, three partitions::
                       every K block of A rows, B lo, B hi into the stages (L1's A rows gathered from the
                       token rows by every thread's cp.async, :func:`_fill_gathered`; with tma_a by TMA from
                       the rows dispatch copied); for a combine item (a chunk of columns, 1024 at the
-                      production load, of a few tokens), once the chunk's L2 tiles are done, its tokens' pairs' y_pair
-                      rows of the chunk by TMA into the stages' A buffers (a token's pairs a stage);
+                      production load, of a few tokens), once the chunk's L2 tiles are done, its tokens'
+                      pairs' y_pair rows of the chunk by TMA into the stages' A buffers (a token's pairs a
+                      stage);
                       each dispatch item itself: its pairs' places (with tma_a also its tokens' rows by TMA
                       into a stage and from there by TMA to their pairs' places; the consumers hand the
                       stage back)

@@ -49,12 +49,11 @@ class PersistentConfig:
     ``gluon_persistent.moe_persistent_gluon``, the same items warp-specialized in Gluon (128-row tiles,
     256-column L2 tiles, every GEMM operand through TMA but L1's A rows where ``tma_a`` is off, 2 to 4 stages,
     K-major weights; :func:`gluon_misfit` says where it runs, and :func:`choose_persistent` turns it on
-    there). ``fast_accum``
-    (fp8): keep each GEMM tile's sums in the tensor cores, rescaled per K block, instead of promoting each
-    K block's product into float32 sums (3x the error from the quantization-aware reference at the
-    production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster there). The
-    Triton kernel's promoted sums fit its registers at 64-row tiles only (``persistent._scaled_step``),
-    with its sums in the tensor cores 128 rows.
+    there). ``fast_accum`` (fp8): keep each GEMM tile's sums in the tensor cores, rescaled per K block,
+    instead of promoting each K block's product into float32 sums (3x the error from the quantization-aware
+    reference at the production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster
+    there). The Triton kernel's promoted sums fit its registers at 64-row tiles only
+    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
