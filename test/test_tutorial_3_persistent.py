@@ -496,10 +496,14 @@ def test_trace_summary_per_region():
     l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
     assert (l1["tail_items"], l1["tail_mean_item_us"], l1["tail_mean_rows"], l1["full_mean_item_us"]) == (1, 4.0, 2, 5)
     assert (l1["tail_mean_wait_us"], l1["full_mean_wait_us"]) == (0.0, 3.0)
+    assert (l1["half_items"], l1["half_mean_item_us"], l1["half_mean_rows"]) == (1, 4.0, 2)
+    rows["l1"][1] = 100  # a tail of more than half a tile
+    l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
+    assert (l1["tail_items"], l1["tail_mean_rows"], l1["half_items"]) == (1, 100, 0)
     rows["l1"][:2] = [128, 0]  # the second item past the call's M tiles: neither a tail nor a full tile
     l1 = summarize(trace, sch, rows, 128)["regions"]["l1"]
     assert (l1["tail_items"], l1["full_mean_item_us"], l1["idle_items"]) == (0, 5, 1)
-    assert len(format_summary(summarize(trace, sch, rows, 128))) == 2 + 4 + 1
+    assert len(format_summary(summarize(trace, sch, rows, 128))) == 2 + 4 + 2
     times = item_times(trace, sch)  # the same rows item by item, from the call's first item
     assert list(times) == ["route", "plan", "layout", "l1"]
     assert times["route"] == [[0.0, 0.0, 2.0, 0], [0.5, 0.0, 1.5, 1]]

@@ -93,7 +93,9 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     item; ``busy_us`` sums the items' durations, ``wait_us`` the part before their wait ended. With
     ``item_rows`` (:func:`gemm_item_rows`) its regions also report their items on M tiles of fewer than
     ``block_m`` pairs (experts' last tiles): ``tail_items``, ``tail_mean_item_us``, ``tail_mean_wait_us``,
-    ``tail_mean_rows``, the full tiles' ``full_mean_item_us`` and ``full_mean_wait_us``, and ``idle_items``:
+    ``tail_mean_rows``, of those the tiles of at most ``block_m / 2`` pairs (one consumer's rows in the Gluon
+    kernel): ``half_items``, ``half_mean_item_us``, ``half_mean_rows``, the full tiles' ``full_mean_item_us`` and
+    ``full_mean_wait_us``, and ``idle_items``:
     items taken past the call's M tiles, which only end the region. The GEMM regions also report their items
     that started once the last dispatch item had ended (``settled_items``, ``settled_mean_item_us``,
     ``settled_mean_wait_us``): the region's means mix them with the first items, which wait for dispatch.
@@ -126,11 +128,15 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
         if item_rows is not None and name in item_rows:
             pairs = item_rows[name][region_ran]
             tail, full = (pairs > 0) & (pairs < block_m), pairs >= block_m
+            half = tail & (pairs <= block_m // 2)
             regions[name].update({
                 "tail_items": int(tail.sum()),
                 "tail_mean_item_us": _mean(took, tail),
                 "tail_mean_rows": _mean(pairs, tail),
                 "tail_mean_wait_us": _mean(waited, tail),
+                "half_items": int(half.sum()),
+                "half_mean_item_us": _mean(took, half),
+                "half_mean_rows": _mean(pairs, half),
                 "full_mean_item_us": _mean(took, full),
                 "full_mean_wait_us": _mean(waited, full),
                 "idle_items": int((pairs == 0).sum()),
@@ -216,6 +222,8 @@ def format_summary(summary: dict) -> list[str]:
                          f"on average): {r['tail_mean_item_us']:.2f} us each ({r['tail_mean_wait_us']:.2f} waiting); "
                          f"full tiles {r['full_mean_item_us']:.2f} us ({r['full_mean_wait_us']:.2f} waiting); "
                          f"{r['idle_items']} past the call's M tiles")  # fmt: skip
+            lines.append(f"    of them {r['half_items']} of at most half a tile ({r['half_mean_rows']:.1f} pairs on "
+                         f"average): {r['half_mean_item_us']:.2f} us each")  # fmt: skip
     for c in summary.get("chunks", []):
         lines.append(f"combine chunk {c['chunk']}: its L2 tiles done at {c['l2_done_us']:.1f} us, its combine items "
                      f"from {c['combine_first_us']:.1f} to {c['combine_last_us']:.1f} us")  # fmt: skip
