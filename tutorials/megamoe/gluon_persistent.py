@@ -114,15 +114,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import (
-    CONSUMER_ROWS,
-    _fill,
-    _k_loop,
-    _k_loop_bf16,
-    _k_loop_transposed,
-    _tma_load,
-    _tma_store,
-)
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -869,80 +861,6 @@ def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
 
 
 @gluon.jit
-def _cols_out(v, out_ptr, rows, row_end, col0, ROW_LEN: gl.constexpr):
-    """A transposed block ``v`` [64 columns, N rows] (the wgmma layout, the output's dtype) into rows of ROW_LEN
-    values at ``out_ptr``: row ``rows[j]``'s 64 columns from ``col0``, 16 bytes per store after a layout
-    conversion (a thread's 16 bytes along a row); rows from ``row_end`` on are not stored."""
-    VEC: gl.constexpr = 128 // v.dtype.primitive_bitwidth  # values in 16 bytes
-    COLS: gl.constexpr = v.shape[0]
-    along: gl.constexpr = gl.BlockedLayout([VEC, 1], [COLS // VEC, 32 * VEC // COLS], [1, 4], [0, 1])
-    r = gl.convert_layout(rows, gl.SliceLayout(0, along))
-    c = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(1, along))
-    out = out_ptr + gl.expand_dims(r.to(gl.int64) * ROW_LEN, 0) + gl.expand_dims(c, 1)
-    gl.store(out, gl.convert_layout(v, along), mask=gl.expand_dims(r < row_end, 0))
-
-
-@gluon.jit
-def _gemm_transposed(is_l2, pid_n, expert, row0, row_end, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table,
-                     H: gl.constexpr, INTER: gl.constexpr, N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr,
-                     GATHER_A: gl.constexpr):  # fmt: skip
-    """An expert's last M tile of at most N pairs [row0, row_end), one GEMM item of it, in the first consumer alone
-    and transposed (``gluon_scaled_tiles._k_loop_transposed``: the item's 256 weight rows as the dots' rows, its
-    pairs as N columns): L1's SwiGLU and h (fp8: quantized per pair and 128 columns, the amax over both 64-column
-    halves) or L2's y_pair, stored a pair's 64 columns at a time; returns the next step. GATHER_A: the stages' A
-    rows of L1 came by cp.async, so each stage is fenced (L2's too: one loop serves both)."""
-    N1: gl.constexpr = INTER // QBLOCK
-    N2: gl.constexpr = H // (2 * QBLOCK)
-    BLOCK_K: gl.constexpr = a_bufs.shape[2]
-    KB1: gl.constexpr = H // BLOCK_K
-    KB2: gl.constexpr = INTER // BLOCK_K
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, N, 32 if FP8 else 16])  # fmt: skip
-    pairs = row0 + gl.arange(0, N, layout=gl.SliceLayout(0, mma))
-    pair_ok = pairs < row_end
-    kb = gl.where(is_l2, KB2, KB1)
-    if FP8:
-        if is_l2:
-            a_scale = _buffer(table, H_SCALE, gl.float32) + pairs.to(gl.int64) * KB2
-            lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2
-        else:
-            tokens = gl.load(_buffer(table, SORTED_ROW, gl.int32) + pairs, mask=pair_ok, other=0,
-                             cache_modifier=".cg").to(gl.int64)  # fmt: skip
-            a_scale = _buffer(table, X_SCALE, gl.float32) + tokens * KB1
-            lo_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1
-        lo0, lo1, hi0, hi1, step = _k_loop_transposed(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale, pair_ok,
-                                                       lo_row, lo_row + kb, kb, step, N, STAGES, mma, True,
-                                                       GATHER_A)  # fmt: skip
-    else:
-        lo0, lo1, hi0, hi1, step = _k_loop_transposed(a_bufs, lo_bufs, hi_bufs, ready, empty, table, pair_ok, table,
-                                                       table, kb, step, N, STAGES, mma, False, GATHER_A)  # fmt: skip
-    HALF: gl.constexpr = CONSUMER_ROWS
-    if is_l2:  # y_pair's 256 columns of N tile pid_n: lo's 128, then hi's
-        y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
-        col0 = pid_n * 2 * QBLOCK
-        _cols_out(lo0.to(gl.bfloat16), y_pair, pairs, row_end, col0, H)
-        _cols_out(lo1.to(gl.bfloat16), y_pair, pairs, row_end, col0 + HALF, H)
-        _cols_out(hi0.to(gl.bfloat16), y_pair, pairs, row_end, col0 + 2 * HALF, H)
-        _cols_out(hi1.to(gl.bfloat16), y_pair, pairs, row_end, col0 + 3 * HALF, H)
-    else:  # h's 128 columns of N tile pid_n: SwiGLU of gate (lo) and up (hi)
-        v0 = moe_swiglu(lo0, hi0)
-        v1 = moe_swiglu(lo1, hi1)
-        col0 = pid_n * QBLOCK
-        if FP8:
-            h_ptr = _buffer(table, H_BUF, gl.float8e4nv)
-            amax = gl.maximum(gl.max(gl.abs(v0), axis=0), gl.max(gl.abs(v1), axis=0))
-            scale = gl.div_rn(gl.maximum(amax, _AMAX_FLOOR), _FP8_MAX)
-            gl.store(_buffer(table, H_SCALE, gl.float32) + pairs.to(gl.int64) * N1 + pid_n, scale, mask=pair_ok)
-            _cols_out(_e4m3(_div_rn_by(v0, gl.expand_dims(scale, 0))), h_ptr, pairs, row_end, col0, INTER)
-            _cols_out(_e4m3(_div_rn_by(v1, gl.expand_dims(scale, 0))), h_ptr, pairs, row_end, col0 + HALF, INTER)
-        else:
-            h_ptr = _buffer(table, H_BUF, gl.bfloat16)
-            _cols_out(v0.to(gl.bfloat16), h_ptr, pairs, row_end, col0, INTER)
-            _cols_out(v1.to(gl.bfloat16), h_ptr, pairs, row_end, col0 + HALF, INTER)
-    return step
-
-
-@gluon.jit
 def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
     """Release the KB stages from ``step`` on as they land, unread; returns the next step."""
     for _ in range(KB):
@@ -957,11 +875,10 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
                M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
                STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
-               GATHER_A: gl.constexpr, NARROW_TAIL: gl.constexpr):  # fmt: skip
+               GATHER_A: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
     next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
-    in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone;
-    of at most NARROW_TAIL rows (0: none), transposed (:func:`_gemm_transposed`).
+    in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone.
     GATHER_A: L1's A rows come by cp.async (:func:`_fill_gathered`), so its K loop fences each stage (bf16's
     one K loop, L2's too)."""
     N1: gl.constexpr = INTER // QBLOCK
@@ -986,9 +903,6 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
     row_ok = offs_m < row_end
     if row_end - row0 <= ROW0:  # none of this consumer's rows: the other's wgmmas get the tensor cores alone
         step = _pass_stages(ready, empty, gl.where(is_l2, KB2, KB1), step, STAGES)
-    elif NARROW_TAIL > 0 and ROW0 == 0 and row_end - row0 <= NARROW_TAIL:
-        step = _gemm_transposed(is_l2, pid_n, expert, row0, row_end, step, a_bufs, lo_bufs, hi_bufs, ready, empty,
-                                table, H, INTER, NARROW_TAIL, STAGES, FP8, GATHER_A)  # fmt: skip
     elif not FP8:
         lo, hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, gl.where(is_l2, KB2, KB1), step, ROW0,
                                     STAGES, mma, GATHER_A)  # fmt: skip
@@ -1027,8 +941,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
-              NARROW_TAIL: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -1053,8 +966,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
-                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM, GATHER_A,
-                              NARROW_TAIL)  # fmt: skip
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM, GATHER_A)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
@@ -1076,7 +988,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, NARROW_TAIL: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1089,9 +1001,7 @@ def moe_persistent_gluon(
     (fp8): each GEMM's sums kept in the tensor cores, not promoted per K block (``gluon_scaled_tiles``). TRACE:
     each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. GATHER_A: L1 gathers its A
     rows from the token rows by cp.async in a loader of 4 warps (the loader's warpgroup has their registers
-    either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None. NARROW_TAIL
-    (0, or a multiple of 8 up to 64): an expert's last M tile of at most that many pairs runs transposed, in the
-    first consumer, its tensor work in proportion to NARROW_TAIL (:func:`_gemm_transposed`).
+    either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None.
     The last program to leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
     BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
     # A's stages as h's boxes: [128, K step] of 128-byte rows, the layout every A operand (a_sorted, h) takes
@@ -1115,12 +1025,12 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, NARROW_TAIL)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, NARROW_TAIL)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,

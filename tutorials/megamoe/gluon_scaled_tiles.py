@@ -264,60 +264,6 @@ def _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, KB, step, ROW0: gl.cons
 
 
 @gluon.jit
-def _k_loop_transposed(a_bufs, lo_bufs, hi_bufs, ready, empty, a_scale, cols_ok, lo_row, hi_row, KB, step,
-                       N: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr, SCALED: gl.constexpr,
-                       GENERIC_A: gl.constexpr):  # fmt: skip
-    """A tile of at most N rows, transposed, in one consumer: the stages' B lo and hi blocks as the dots' rows, 64
-    at a time, and the stages' first N A rows as their columns (wgmma N, a multiple of 8), over KB K blocks from
-    ``step`` on: (lo_0, lo_1, hi_0, hi_1, next step), each [64, N] in ``mma`` (instruction N), the product of B
-    rows 64j .. 64j + 63 of its block with the N A rows. SCALED: each K block's products promoted into float32
-    sums with the A rows' scales along the columns (``a_scale``; ``cols_ok``: the rows that have them) and the
-    B blocks' (``lo_row`` / ``hi_row``), as :func:`_k_loop_promoted` does along the rows; else bf16 summed in the
-    tensor cores. This consumer's arrival releases each stage once its four wgmmas are done (the other consumer
-    passes the stages). An expert's last tile of a few rows costs its tensor work in proportion to N, not to the
-    64 rows of a consumer's wgmma."""
-    ROWS: gl.constexpr = CONSUMER_ROWS
-    s_lo0 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    s_lo1 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    s_hi0 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    s_hi1 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    p_lo0 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    p_lo1 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    p_hi0 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    p_hi1 = gl.zeros([ROWS, N], gl.float32, layout=mma)
-    for kb in range(KB):
-        s = step % STAGES
-        if SCALED:  # loaded before the wait, in flight during it
-            a_s = gl.expand_dims(gl.load(a_scale + kb, mask=cols_ok, other=1.0), 0)
-            lo_s = gl.load(lo_row + kb)
-            hi_s = gl.load(hi_row + kb)
-        _wait_stage(ready, step, STAGES, GENERIC_A)
-        cols = a_bufs.index(s).slice(0, N).permute((1, 0))
-        lo = lo_bufs.index(s)
-        hi = hi_bufs.index(s)
-        if SCALED:
-            p_lo0 = warpgroup_mma(lo.slice(0, ROWS), cols, p_lo0, use_acc=False, is_async=True)
-            p_lo1 = warpgroup_mma(lo.slice(ROWS, ROWS), cols, p_lo1, use_acc=False, is_async=True)
-            p_hi0 = warpgroup_mma(hi.slice(0, ROWS), cols, p_hi0, use_acc=False, is_async=True)
-            p_hi1 = warpgroup_mma(hi.slice(ROWS, ROWS), cols, p_hi1, use_acc=False, is_async=True)
-            p_lo0, p_lo1, p_hi0, p_hi1 = warpgroup_mma_wait(num_outstanding=0, deps=(p_lo0, p_lo1, p_hi0, p_hi1))
-            mbarrier.arrive(empty.index(s), count=1)
-            s_lo0 += p_lo0 * (a_s * lo_s)
-            s_lo1 += p_lo1 * (a_s * lo_s)
-            s_hi0 += p_hi0 * (a_s * hi_s)
-            s_hi1 += p_hi1 * (a_s * hi_s)
-        else:
-            s_lo0 = warpgroup_mma(lo.slice(0, ROWS), cols, s_lo0, is_async=True)
-            s_lo1 = warpgroup_mma(lo.slice(ROWS, ROWS), cols, s_lo1, is_async=True)
-            s_hi0 = warpgroup_mma(hi.slice(0, ROWS), cols, s_hi0, is_async=True)
-            s_hi1 = warpgroup_mma(hi.slice(ROWS, ROWS), cols, s_hi1, is_async=True)
-            s_lo0, s_lo1, s_hi0, s_hi1 = warpgroup_mma_wait(num_outstanding=0, deps=(s_lo0, s_lo1, s_hi0, s_hi1))
-            mbarrier.arrive(empty.index(s), count=1)
-        step += 1
-    return s_lo0, s_lo1, s_hi0, s_hi1, step
-
-
-@gluon.jit
 def _store(c_desc, c_buf, acc, row, col):
     """acc as bf16 into C at (row, col) through ``c_buf`` by TMA, once the buffer's last store has read it."""
     tma.store_wait(0)

@@ -53,10 +53,7 @@ class PersistentConfig:
     instead of promoting each K block's product into float32 sums (3x the error from the quantization-aware
     reference at the production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster
     there). The Triton kernel's promoted sums fit its registers at 64-row tiles only
-    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows. ``narrow_tail`` (Gluon; 0 or a
-    multiple of 8 up to 64): an expert's last M tile of at most that many pairs runs transposed in one consumer,
-    the weights as the dots' rows and its pairs as ``narrow_tail`` columns, a fraction of the 64 rows' tensor work
-    (random routing leaves about half the experts a last tile of 1 to 25 pairs).
+    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
@@ -80,7 +77,6 @@ class PersistentConfig:
     half_tail: bool = False
     gluon: bool = False
     fast_accum: bool = False
-    narrow_tail: int = 0
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
@@ -179,9 +175,6 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
-    if pc.narrow_tail % 8 or not 0 <= pc.narrow_tail <= 64:
-        return (f"runs an expert's last tile of at most narrow_tail pairs as the columns of its wgmmas, whose N is a "
-                f"multiple of 8: narrow_tail must be 0 (off) or a multiple of 8 up to 64, got {pc.narrow_tail}")
     row_bytes = _row_bytes(cfg)
     if pc.tma_a and pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
         return (f"holds a dispatch item's token rows in one 16 KB stage buffer, each a TMA box of hidden / 256 "
@@ -217,9 +210,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
-    if pc.narrow_tail and not pc.gluon:
-        raise ValueError(f"PersistentConfig.narrow_tail={pc.narrow_tail} runs in the Gluon kernel only (world 1): "
-                         f"set gluon=1 or narrow_tail=0")  # fmt: skip
     if cfg.precision == "fp8" and not pc.gluon and not pc.fast_accum and pc.block_m > 64:
         raise ValueError(
             f"PersistentConfig.block_m={pc.block_m}: the Triton kernel's fp8 sums, promoted per K block, fit its "
@@ -471,7 +461,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
-        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a, NARROW_TAIL=pc.narrow_tail,
+        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
