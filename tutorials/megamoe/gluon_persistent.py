@@ -140,9 +140,6 @@ QBLOCK = gl.constexpr(128)  # the fp8 scale block: a K step, an L1 tile's gate (
 # sched's per-expert pair counts at world 1 (COMB_DONE has one word), then its tokens-planned count; the
 # per-M-tile counts start at the kernel's LANDED (``Schedule.landed_word``): rows landed, L1 done, L2 done
 PAIR_COUNT = gl.constexpr(COMB_DONE.value + 1)
-# COMB_DONE's word counts combine items done per source for the reduce, which world 1 has not: with
-# STEAL_COMBINE it counts the combine items handed out, which then have a counter of their own
-COMBINE_NEXT = gl.constexpr(COMB_DONE.value)
 RING = gl.constexpr(1)  # items handed out and not yet taken up by the consumers (see _take)
 # A ring slot's words: the item, then a GEMM item's M tile, N tile, local expert, first pair and end of the
 # expert's pairs (the loader derives them from the layout once; the consumers start on the item at once),
@@ -359,14 +356,11 @@ def _word(words, i: gl.constexpr):
 
 
 @gluon.jit
-def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, item_end, H: gl.constexpr, INTER: gl.constexpr,
-          L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
-          STEAL_COMBINE: gl.constexpr):  # fmt: skip
+def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H: gl.constexpr, INTER: gl.constexpr,
+          L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr):  # fmt: skip
     """(the next item to hand out, the call's M tiles or -1 while not needed yet): an L1 / L2 item past the
     call's M tiles moves the counter to the next region (so is the rest of its region) and is not handed
-    out; the layout is waited for at the first GEMM item. STEAL_COMBINE: past the L2 items, the combine items
-    come from their own counter (:func:`_ready_combine` takes some of them earlier), ``item_end`` past the
-    last."""
+    out; the layout is waited for at the first GEMM item."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     item = item_begin + gl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed", scope="gpu")
@@ -382,34 +376,7 @@ def _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, item_end, H: gl.
             item = item_begin + gl.atomic_add(sched_ptr + NEXT, 1, sem="relaxed", scope="gpu")
         else:
             searching = item != item
-    if STEAL_COMBINE:
-        if (item >= COMBINE_START) & (item < item_end):
-            item = COMBINE_START + gl.atomic_add(sched_ptr + COMBINE_NEXT, 1, sem="relaxed", scope="gpu")
-            item = gl.minimum(item, item_end)
     return item, n_mt
-
-
-@gluon.jit
-def _ready_combine(sched_ptr, n_mt, seen, LANDED: gl.constexpr, M_TILES: gl.constexpr, CHUNK_TILES: gl.constexpr,
-                   CHUNKS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr, COMBINE_START: gl.constexpr):  # fmt: skip
-    """(combine item ``seen`` of the combine items' counter, claimed, if the counter is still there and the item's
-    column chunk's L2 tiles are all done, else -1; the counter as this loader now knows it). ``seen``: the
-    counter as this loader saw it last. An item taken here waits for nothing, so the L2 items handed out after
-    it cannot be waiting on it. The counts are read by atomics, whose one value every thread of the partition
-    gets: each thread's own load could see another count and take another branch."""
-    L2_DONE: gl.constexpr = LANDED + 2 * M_TILES
-    chunk = seen // COMBINE_BLOCKS
-    claimed = seen - seen - 1
-    if chunk < CHUNKS:
-        done = gl.atomic_add(sched_ptr + L2_DONE + chunk, 0, sem="relaxed", scope="gpu")
-        if done >= PARTS * CHUNK_TILES * n_mt:
-            now = gl.atomic_cas(sched_ptr + COMBINE_NEXT, seen, seen + 1, sem="relaxed", scope="gpu")
-            if now == seen:
-                claimed = COMBINE_START + seen
-                seen = seen + 1
-            else:
-                seen = now
-    return claimed, seen
 
 
 @gluon.jit
@@ -575,8 +542,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
             DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
             STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr,
-            GATHER_A: gl.constexpr, STEAL_COMBINE: gl.constexpr, logits_ptr, E: gl.constexpr, E_P2: gl.constexpr,
-            ROUTE_TOKENS: gl.constexpr, ROUTE_COLS: gl.constexpr, LOADER_TOPK: gl.constexpr):  # fmt: skip
+            GATHER_A: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -584,14 +550,9 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     tokens' y_pair rows (:func:`_fill_combine`); runs each dispatch item itself (:func:`_dispatch_rows`, once
     the layout is done and, in fp8, the route items, whose quantized rows it copies; TRACE: its whole trace
     row), the stages it used in the slot's M tile word for the consumers to hand back. Past the last item it
-    hands them ``item_end``, which ends their loops. STEAL_COMBINE (the call's combine items in [item_begin,
-    item_end)): after an L2 item, the next combine item instead of the next L2 item where its chunk is done
-    (:func:`_ready_combine`), so that the first chunks' combine runs beside the last chunks' L2 tiles.
-    GATHER_A: an L1 item's A rows are gathered from the token rows (fp8: x_sym's, bf16: x's) by
-    :func:`_fill_gathered`, and a dispatch item only places its pairs (:func:`_place_pairs`, no stage);
-    ``a_desc``, ``x_desc`` and ``pair_desc`` are not read. LOADER_TOPK: the top-k and plan of a route item of
-    column chunk 0 (:func:`_route_tokens`, all its ROUTE_TOKENS tokens) once it is handed out, beside its
-    consumers' quantization; ``logits_ptr`` is read only then."""
+    hands them ``item_end``, which ends their loops. GATHER_A: an L1 item's A rows are gathered from the token
+    rows (fp8: x_sym's, bf16: x's) by :func:`_fill_gathered`, and a dispatch item only places its pairs
+    (:func:`_place_pairs`, no stage); ``a_desc``, ``x_desc`` and ``pair_desc`` are not read."""
     N1: gl.constexpr = INTER // QBLOCK
     CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)  # L2 N tiles in a combine chunk
     BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
@@ -601,10 +562,8 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     taken = 0
     quantized = gl.to_tensor(0)  # GATHER_A, fp8: the route items have quantized x (waited for once)
     _wait_slot(item_free, taken)
-    CHUNKS: gl.constexpr = H // BLOCK_HC
-    combine_seen = gl.to_tensor(0)  # STEAL_COMBINE: the combine items' counter as this loader saw it last
-    item, n_mt = _take(sched_ptr, layout_ptr, gl.to_tensor(-1), me, wait_ms, item_begin, item_end, H, INTER,
-                       L1_START, L2_START, COMBINE_START, STEAL_COMBINE)  # fmt: skip
+    item, n_mt = _take(sched_ptr, layout_ptr, gl.to_tensor(-1), me, wait_ms, item_begin, H, INTER, L1_START,
+                       L2_START, COMBINE_START)  # fmt: skip
     while item < item_end:
         if (item >= L1_START) & (item < COMBINE_START):
             is_l2 = item >= L2_START
@@ -673,23 +632,10 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                                  K, K_P2, M_TILES, COMBINE_ROWS, COMBINE_BLOCKS, LANDED, STAGES)  # fmt: skip
         else:
             _publish(items, item_full, taken, item, 0, 0, 0, 0, 0)
-            if LOADER_TOPK:
-                ROUTE_CHUNKS: gl.constexpr = H // ROUTE_COLS
-                if (item < PLAN_START) & (item % ROUTE_CHUNKS == 0) & (item // ROUTE_CHUNKS * ROUTE_TOKENS < T):
-                    _route_tokens(item // ROUTE_CHUNKS * ROUTE_TOKENS, ROUTE_TOKENS, T, logits_ptr, table, E, E_P2, K,
-                                  K_P2)  # fmt: skip
         taken += 1
         _wait_slot(item_free, taken)
-        stolen = item - item - 1
-        if STEAL_COMBINE:
-            if (item >= L2_START) & (item < COMBINE_START) & (item_end >= COMBINE_START + CHUNKS * COMBINE_BLOCKS):
-                stolen, combine_seen = _ready_combine(sched_ptr, n_mt, combine_seen, LANDED, M_TILES, CHUNK_TILES,
-                                                      CHUNKS, COMBINE_BLOCKS, COMBINE_START)  # fmt: skip
-        if stolen >= 0:
-            item = stolen
-        else:
-            item, n_mt = _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, item_end, H, INTER, L1_START,
-                               L2_START, COMBINE_START, STEAL_COMBINE)  # fmt: skip
+        item, n_mt = _take(sched_ptr, layout_ptr, n_mt, me, wait_ms, item_begin, H, INTER, L1_START, L2_START,
+                           COMBINE_START)  # fmt: skip
     _publish(items, item_full, taken, item_end, 0, 0, 0, 0, 0)
 
 
@@ -760,42 +706,34 @@ def _quantize_cols(x_ptr, x_sym, xs_sym, t0, T, c0, H: gl.constexpr, ROWS: gl.co
 
 
 @gluon.jit
-def _route_tokens(t0, ROWS: gl.constexpr, T, logits_ptr, table, E: gl.constexpr, E_P2: gl.constexpr,
-                  K: gl.constexpr, K_P2: gl.constexpr):  # fmt: skip
-    """Top-k and plan of tokens [t0, t0 + ROWS) (those below T) in the partition that calls it: each pair's rank
-    among the pairs to its expert (a token's slot is the token), then the tokens counted routed (the plan item
-    waits for that count, not for the quantization)."""
-    SENT_COUNT: gl.constexpr = PAIR_COUNT + E
-    L: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [gl.num_warps(), 1], [1, 0])  # a token's experts in a warp
-    sched = _buffer(table, SCHED, gl.int32)
-    offs_t = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
-    mask_t = offs_t < T
-    ids = _topk_rows(logits_ptr, _buffer(table, IDS, gl.int32), _buffer(table, WTS, gl.float32), offs_t, mask_t, E,
-                     E_P2, K, K_P2, L)  # fmt: skip
-    kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
-    valid = mask_t[:, None] & (kk[None, :] < K)
-    rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=valid,
-                         sem="relaxed", scope="gpu")  # fmt: skip
-    gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
-    _barrier()
-    gl.atomic_add(sched + SENT_COUNT, gl.sum(mask_t.to(gl.int32), axis=0), sem="release", scope="gpu")
-
-
-@gluon.jit
 def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.constexpr, E: gl.constexpr,
                 E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
-                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr, LOADER_TOPK: gl.constexpr):  # fmt: skip
+                ROUTE_COLS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Consumer ``part``'s half of the tokens of route item ``item`` (``persistent._route_item`` at world 1):
-    their top-k and plan (column chunk 0, :func:`_route_tokens`; with LOADER_TOPK the loader's, for all the
-    item's tokens), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
+    their top-k and plan (column chunk 0: each pair's rank among the pairs to its expert, a token's slot is
+    the token), and in fp8 their ROUTE_COLS columns of the chunk quantized (bf16: one chunk, H columns)."""
     CHUNKS: gl.constexpr = H // ROUTE_COLS
     ROWS: gl.constexpr = ROUTE_TOKENS // PARTS
+    SENT_COUNT: gl.constexpr = PAIR_COUNT + E
+    L: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])  # a token's experts within a warp
     ch = item % CHUNKS
     t0 = (item // CHUNKS) * ROUTE_TOKENS + part * ROWS
     if t0 < T:
-        if not LOADER_TOPK:
-            if ch == 0:
-                _route_tokens(t0, ROWS, T, logits_ptr, table, E, E_P2, K, K_P2)
+        if ch == 0:
+            sched = _buffer(table, SCHED, gl.int32)
+            offs_t = t0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, L))
+            mask_t = offs_t < T
+            ids = _topk_rows(logits_ptr, _buffer(table, IDS, gl.int32), _buffer(table, WTS, gl.float32), offs_t,
+                             mask_t, E, E_P2, K, K_P2, L)  # fmt: skip
+            kk = gl.arange(0, K_P2, layout=gl.SliceLayout(0, L))
+            valid = mask_t[:, None] & (kk[None, :] < K)
+            rank = gl.atomic_add(sched + PAIR_COUNT + ids, gl.full([ROWS, K_P2], 1, gl.int32, layout=L), mask=valid,
+                                 sem="relaxed", scope="gpu")  # fmt: skip
+            gl.store(_buffer(table, RANK, gl.int32) + offs_t[:, None] * K + kk[None, :], rank, mask=valid)
+            # the tokens counted routed once their pairs are: the plan item waits for this count, not for the
+            # quantization below
+            _barrier()
+            gl.atomic_add(sched + SENT_COUNT, gl.sum(mask_t.to(gl.int32), axis=0), sem="release", scope="gpu")
         if FP8:
             _quantize_cols(x_ptr, _buffer(table, X_SYM, gl.float8e4nv), _buffer(table, X_SCALE, gl.float32), t0, T,
                            ch * ROUTE_COLS, H, ROWS, ROUTE_COLS)  # fmt: skip
@@ -1003,8 +941,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
-              LOADER_TOPK: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -1017,8 +954,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
         if TRACE and part == 0:
             started = _globaltimer()
         if item < PLAN_START:
-            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8,
-                        LOADER_TOPK)  # fmt: skip
+            _route_part(item, part, T, logits_ptr, x_ptr, table, H, E, E_P2, K, K_P2, ROUTE_TOKENS, ROUTE_COLS, FP8)
             _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
         elif item < LAYOUT_START:
             if part == 0:
@@ -1052,8 +988,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, STEAL_COMBINE: gl.constexpr,
-    LOADER_TOPK: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1067,8 +1002,6 @@ def moe_persistent_gluon(
     each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. GATHER_A: L1 gathers its A
     rows from the token rows by cp.async in a loader of 4 warps (the loader's warpgroup has their registers
     either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None.
-    STEAL_COMBINE: a loader takes a combine item ahead of the L2 items once its column chunk is done.
-    LOADER_TOPK: the loader runs the top-k of a route item of column chunk 0, its consumers only quantize.
     The last program to leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
     BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
     # A's stages as h's boxes: [128, K step] of 128-byte rows, the layout every A operand (a_sorted, h) takes
@@ -1092,17 +1025,17 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, LOADER_TOPK)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, LOADER_TOPK)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                    BLOCK_HC, PLAN_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE,
-                   FP8, GATHER_A, STEAL_COMBINE, logits_ptr, E, E_P2, ROUTE_TOKENS, ROUTE_COLS, LOADER_TOPK)),
+                   FP8, GATHER_A)),
     ], [4, 4 if GATHER_A else 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

@@ -53,12 +53,7 @@ class PersistentConfig:
     instead of promoting each K block's product into float32 sums (3x the error from the quantization-aware
     reference at the production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster
     there). The Triton kernel's promoted sums fit its registers at 64-row tiles only
-    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows. ``steal_combine`` (Gluon): a
-    program done with an L2 item takes the next combine item instead of the next L2 item once that combine
-    item's column chunk is done, so that the first chunks' combine runs beside the last chunks' L2 tiles
-    (else every combine item is handed out after the last L2 item). ``loader_topk`` (Gluon): the loader runs
-    the top-k and ranks of a route item of the first column chunk while its consumers quantize (else the
-    consumers do both, one after the other, and those items end last).
+    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
@@ -82,8 +77,6 @@ class PersistentConfig:
     half_tail: bool = False
     gluon: bool = False
     fast_accum: bool = False
-    steal_combine: bool = False
-    loader_topk: bool = False
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
@@ -217,10 +210,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.gluon and (misfit := gluon_misfit(cfg, pc)):
         raise ValueError(f"PersistentConfig.gluon {misfit}")
-    for knob in ("steal_combine", "loader_topk"):
-        if getattr(pc, knob) and not pc.gluon:
-            raise ValueError(f"PersistentConfig.{knob} runs in the Gluon kernel only (world 1): set gluon=1 or "
-                             f"{knob}=0")  # fmt: skip
     if cfg.precision == "fp8" and not pc.gluon and not pc.fast_accum and pc.block_m > 64:
         raise ValueError(
             f"PersistentConfig.block_m={pc.block_m}: the Triton kernel's fp8 sums, promoted per K block, fit its "
@@ -472,8 +461,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
-        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a, STEAL_COMBINE=pc.steal_combine,
-        LOADER_TOPK=pc.loader_topk,
+        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
