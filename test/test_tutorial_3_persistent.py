@@ -364,6 +364,22 @@ def test_gluon_dispatch_items_fit_a_stage_at_large_hidden(precision, dispatch_ro
     assert "lower dispatch_rows" in gluon_misfit(cfg, dataclasses.replace(pc, dispatch_rows=2 * dispatch_rows))
 
 
+@pytest.mark.parametrize(("precision", "hidden", "dispatch_rows"),
+                         [("fp8", 4096, 4), ("fp8", 7168, 2), ("bf16", 4096, 2), ("bf16", 8192, 1)])  # fmt: skip
+def test_tma_a_knob_fits_the_gluon_dispatch_items_to_a_stage(precision, hidden, dispatch_rows):
+    """``--knob tma_a=1`` alone keeps the Gluon kernel: its dispatch items take the most of the default's 4 tokens
+    whose rows fit a stage's 16 KB A buffer, not the Triton kernel's config. Tokens set with it are kept (and
+    the Gluon kernel is left where they do not fit)."""
+    cfg = MoEConfig(hidden, 2048, 16, 8, 512, precision=precision)
+    for knobs in ({"tma_a": True}, {"tma_a": True, "gluon": True}):
+        pc = persistent_config(cfg, knobs)
+        assert pc.gluon and pc.tma_a and pc.dispatch_rows == dispatch_rows and gluon_misfit(cfg, pc) is None
+    assert persistent_config(cfg, {"tma_a": True, "dispatch_rows": 1}).dispatch_rows == 1
+    if dispatch_rows < 4:
+        assert not persistent_config(cfg, {"tma_a": True, "dispatch_rows": 4}).gluon
+    assert persistent_config(cfg, {}).dispatch_rows == 4, "the gather copies no row: no stage to fit"
+
+
 def test_gluon_dispatch_boxes_pad_a_row_to_a_power_of_two_chunks():
     """H 7168's rows are 28 chunks of 256 columns, not a TMA box shape: the dispatch boxes take 32 chunks over
     the same [rows, 28, 256] view (TMA fills the four past the row with zeros and stores none of them)."""

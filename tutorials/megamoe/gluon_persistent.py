@@ -464,9 +464,8 @@ def _count_landed(table, tile, mk, LANDED: gl.constexpr):
 
 
 @gluon.jit
-def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H: gl.constexpr, K: gl.constexpr,
-                   K_P2: gl.constexpr, EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr,
-                   FP8: gl.constexpr):  # fmt: skip
+def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, K: gl.constexpr, K_P2: gl.constexpr,
+                   EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
     every expert local) in the loader, its waits done and ``n`` tokens read: its tokens' rows (fp8: the
     quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer (``x_desc``: the rows as
@@ -619,8 +618,8 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                     ROW_BOXES: gl.constexpr = pair_desc.block_type.shape[1]  # a row's 256-column chunks, a power of 2
                     rows_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1],
                                                            [DISPATCH_ROWS, ROW_BOXES, 256], Y_CHUNKS)  # fmt: skip
-                step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, H, K, K_P2,
-                                      EL_P2, LANDED, STAGES, FP8)  # fmt: skip
+                step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, K, K_P2, EL_P2,
+                                      LANDED, STAGES, FP8)  # fmt: skip
             _release(sched_ptr + DISPATCH_DONE)
             if TRACE:
                 _trace_item(trace_ptr + item * TRACE_WORDS, started)

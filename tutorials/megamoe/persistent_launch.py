@@ -119,14 +119,30 @@ def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = Fal
 def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig:
     """:func:`choose_persistent`'s knobs for ``cfg`` with ``knobs`` over them: the Gluon kernel's where it runs
     them, unless ``knobs`` sets ``gluon`` (False: the Triton kernel's; True: the Gluon kernel's, which
-    ``persistent_launch`` refuses where it cannot run), else the Triton kernel's (e.g. ``block_m=64``)."""
+    ``persistent_launch`` refuses where it cannot run), else the Triton kernel's (e.g. ``block_m=64``). With
+    ``tma_a`` the Gluon kernel's tokens per dispatch item fit its stage (:func:`_fit_dispatch_rows`) unless
+    ``knobs`` set them."""
     fast_accum = bool(knobs.get("fast_accum", False))
     if "gluon" in knobs:
-        return dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs["gluon"]), fast_accum=fast_accum), **knobs)
-    pc = dataclasses.replace(choose_persistent(cfg, fast_accum=fast_accum), **knobs)
+        pc = dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs["gluon"]), fast_accum=fast_accum), **knobs)
+        return _fit_dispatch_rows(cfg, pc, knobs)
+    pc = _fit_dispatch_rows(cfg, dataclasses.replace(choose_persistent(cfg, fast_accum=fast_accum), **knobs), knobs)
     if pc.gluon and gluon_misfit(cfg, pc):
         return dataclasses.replace(choose_persistent(cfg, gluon=False, fast_accum=fast_accum), **knobs)
     return pc
+
+
+def _fit_dispatch_rows(cfg: MoEConfig, pc: PersistentConfig, knobs: dict[str, Any]) -> PersistentConfig:
+    """``pc`` with, where the Gluon kernel's dispatch items copy their token rows through a stage's 16 KB A
+    buffer (``tma_a``) and ``knobs`` leave ``dispatch_rows`` unset, the most of its tokens per item (halved from
+    the default) whose rows fit that buffer: bf16 rows, or fp8 rows of H 7168, take 2 where the gathering
+    default takes 4."""
+    if not (pc.gluon and pc.tma_a) or "dispatch_rows" in knobs:
+        return pc
+    rows = pc.dispatch_rows
+    while rows > 1 and rows * _row_bytes(cfg) > GLUON_STAGE_A_BYTES:
+        rows //= 2
+    return dataclasses.replace(pc, dispatch_rows=rows)
 
 
 def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
