@@ -332,6 +332,14 @@ def test_gluon_scaled_tiles_without_scales_run_the_bf16_k_loop(tmp_path):
     assert sorted(set(waits)) == ["0", "2"] and waits.count("2") == 3 * waits.count("0"), waits
 
 
+def _assert_k_loops_reload_only_the_shared_memory_base(code: str) -> None:
+    """In the SASS ``code`` of a Gluon persistent kernel, the wgmma loops reload at most the shared memory base
+    from the stack (an LDL of a word at [R1 + offset], kept there across the partitions' register
+    reallocation), twice at most, and spill nothing else."""
+    spills = wgmma_loop_spills(code.splitlines())
+    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
+
+
 @pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])
 def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name, tmp_path):
     """``gluon_persistent.moe_persistent_gluon`` (the call at world 1 in Gluon) with ``tma_a`` (dispatch copies the pair
@@ -385,8 +393,7 @@ def test_gluon_persistent_kernel_compiles_with_tma_stages_and_inlined_waits(name
         assert waits == [0] * 2 * 2 * 2, waits
     else:
         assert (waits.count(2), waits.count(0), len(waits)) == (2 * 3, 2, 2 * 4)
-    spills = wgmma_loop_spills(code.splitlines())
-    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
+    _assert_k_loops_reload_only_the_shared_memory_base(code)
 
 
 @pytest.mark.parametrize("name", ["moe_persistent_gluon", "moe_persistent_gluon_bf16"])
@@ -419,8 +426,7 @@ def test_gluon_persistent_kernel_gathers_l1s_rows_without_tma_a(name, tmp_path):
     assert not re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta", ptx), "dispatch stores no row"
     assert compiled.metadata.shared <= SHARED_LIMIT
     assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
-    spills = wgmma_loop_spills(sass(compiled.asm["cubin"], tmp_path).splitlines())
-    assert len(spills) <= 2 and all(re.search(r"\bLDL R\d+, \[R1(\+0x[0-9a-f]+)?\] ;", line) for line in spills), spills
+    _assert_k_loops_reload_only_the_shared_memory_base(sass(compiled.asm["cubin"], tmp_path))
 
 
 def test_spills_count_only_inside_the_loops_that_run_wgmma():

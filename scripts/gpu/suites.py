@@ -293,8 +293,8 @@ def t3_trace(gpus: int) -> Suite:
     # Default knob sets: the default kernel at 3 and 2 stages. An item whose stages land no faster than the
     # loader keeps them in flight (experts' last tiles of a few pairs, which stream their weights at a stage
     # every 0.93 us at 4 stages) takes longer in proportion to 4 / stages.
-    for precision, default in (("bf16", "num_stages=3;num_stages=2"), ("fp8", "num_stages=3;num_stages=2")):
-        sets = ["", *os.environ.get(f"T3_TRACE_{precision.upper()}", default).split(";")]
+    for precision in ("bf16", "fp8"):
+        sets = ["", *os.environ.get(f"T3_TRACE_{precision.upper()}", "num_stages=3;num_stages=2").split(";")]
         configs = [arg for c in sets for arg in ("--config", c.strip())]
         steps.append(Step(f"trace_{precision}", (*trace, "--precision", precision, *configs, "--json",
                                                  f"{{dir}}/trace_{precision}.json"), 45 + 30 * len(sets)))  # fmt: skip

@@ -123,11 +123,9 @@ def persistent_config(cfg: MoEConfig, knobs: dict[str, Any]) -> PersistentConfig
     ``tma_a`` the Gluon kernel's tokens per dispatch item fit its stage (:func:`_fit_dispatch_rows`) unless
     ``knobs`` set them."""
     fast_accum = bool(knobs.get("fast_accum", False))
-    if "gluon" in knobs:
-        pc = dataclasses.replace(choose_persistent(cfg, gluon=bool(knobs["gluon"]), fast_accum=fast_accum), **knobs)
-        return _fit_dispatch_rows(cfg, pc, knobs)
-    pc = _fit_dispatch_rows(cfg, dataclasses.replace(choose_persistent(cfg, fast_accum=fast_accum), **knobs), knobs)
-    if pc.gluon and gluon_misfit(cfg, pc):
+    base = choose_persistent(cfg, gluon=bool(knobs.get("gluon", True)), fast_accum=fast_accum)
+    pc = _fit_dispatch_rows(cfg, dataclasses.replace(base, **knobs), knobs)
+    if "gluon" not in knobs and pc.gluon and gluon_misfit(cfg, pc):
         return dataclasses.replace(choose_persistent(cfg, gluon=False, fast_accum=fast_accum), **knobs)
     return pc
 
