@@ -36,7 +36,6 @@ from triton import knobs
 from triton.backends.nvidia.compiler import sm_arch_from_capability
 
 from .cu_compiler import SIGNATURE_FILE
-from .ffma_yield import yield_where_requested
 from .language import LIBRARY_NAME
 from .nvshmem_link import link_nvshmem
 from .nvshmem_objects import link_kernel, register_limit
@@ -98,11 +97,11 @@ def _wrap_cubin(backend, stages: dict, options, linked: list[Path]) -> None:
         with ptxas_errors_in_raw_code(src, linked), (bounded() if linked else contextlib.nullcontext()):
             collectives = metadata.get("raw_nvshmem_objects")
             if not collectives:
-                return yield_where_requested(src, original(src, metadata))
+                return original(src, metadata)
             relocatable = dataclasses.replace(options, ptx_options=" ".join(filter(None, [options.ptx_options, "-c"])))
             kernel = backend.make_cubin(src, metadata, relocatable, backend.target.arch)
             limit = register_limit(options.num_warps, getattr(options, "maxnreg", None))
-            return yield_where_requested(src, link_kernel(kernel, collectives, backend.target.arch, limit))
+            return link_kernel(kernel, collectives, backend.target.arch, limit)
 
     stages["cubin"] = make_cubin
 

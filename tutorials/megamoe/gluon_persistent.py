@@ -987,7 +987,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, FFMA_YIELD: gl.constexpr = 0,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1019,12 +1019,6 @@ def moe_persistent_gluon(
         mbarrier.init(item_full.index(i), count=1)
         mbarrier.init(item_free.index(i), count=2)
     epoch = gl.load(epoch_ptr) + 1  # this call's; the last program stores it (item_end == N_ITEMS)
-    if FFMA_YIELD == 100:
-        epoch = gl.inline_asm_elementwise("// triton_raw_ext.ffma_yield 100\n\tmov.u32 $0, $1;", "=r,r", [epoch],
-                                          dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
-    elif FFMA_YIELD == 50:
-        epoch = gl.inline_asm_elementwise("// triton_raw_ext.ffma_yield 50\n\tmov.u32 $0, $1;", "=r,r", [epoch],
-                                          dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
     gl.warp_specialize([
         (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
