@@ -138,7 +138,7 @@ def _fit_dispatch_rows(cfg: MoEConfig, pc: PersistentConfig, knobs: dict[str, An
     if not (pc.gluon and pc.tma_a) or "dispatch_rows" in knobs:
         return pc
     rows = pc.dispatch_rows
-    while rows > 1 and rows * _row_bytes(cfg) > GLUON_STAGE_A_BYTES:
+    while rows > 1 and not _dispatch_rows_fit(cfg, rows):
         rows //= 2
     return dataclasses.replace(pc, dispatch_rows=rows)
 
@@ -159,6 +159,11 @@ def knob_overrides(pairs: Iterable[str]) -> dict[str, Any]:
 def _row_boxes(cfg: MoEConfig) -> int:
     """256-column chunks in a Gluon dispatch box of one token's row: H / 256 rounded up to a power of two."""
     return next_pow2(cfg.hidden // 256)
+
+
+def _dispatch_rows_fit(cfg: MoEConfig, rows: int) -> bool:
+    """Whether ``rows`` token rows of a Gluon dispatch item (``tma_a``) fit a stage's 16 KB A buffer."""
+    return rows * _row_bytes(cfg) <= GLUON_STAGE_A_BYTES
 
 
 def _row_bytes(cfg: MoEConfig) -> int:
@@ -189,11 +194,10 @@ def gluon_misfit(cfg: MoEConfig, pc: PersistentConfig) -> str | None:
     if pc.route_tokens < 2:
         return (f"splits each route item's tokens between its two consumers: route_tokens must be >= 2, got "
                 f"{pc.route_tokens}")  # fmt: skip
-    row_bytes = _row_bytes(cfg)
-    if pc.tma_a and pc.dispatch_rows * row_bytes > GLUON_STAGE_A_BYTES:
+    if pc.tma_a and not _dispatch_rows_fit(cfg, pc.dispatch_rows):
         return (f"holds a dispatch item's token rows in one 16 KB stage buffer, each a TMA box of hidden / 256 "
                 f"chunks rounded up to a power of two: dispatch_rows * the row's box bytes must be <= 16384, got "
-                f"{pc.dispatch_rows} * {row_bytes}: lower dispatch_rows")  # fmt: skip
+                f"{pc.dispatch_rows} * {_row_bytes(cfg)}: lower dispatch_rows")  # fmt: skip
     return None
 
 
