@@ -77,6 +77,7 @@ class PersistentConfig:
     half_tail: bool = False
     gluon: bool = False
     fast_accum: bool = False
+    l2_promotion: int = 128
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
