@@ -551,20 +551,22 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
 
 
 @gluon.jit
-def _put_tail_ratios(t_ratios, s, a_scale, a_off, ok, lo_row, hi_row, kb, KB):
+def _tail_scales(a_scale, a_off, ok, lo_row, hi_row, kb, KB):
+    """K block kb's scales for a tile's tail block: its pairs' A scales at ``a_scale + a_off`` ([TAIL], 1 where
+    not ``ok``), the lo and hi weight blocks' at ``lo_row`` / ``hi_row``; 1 past the last block."""
+    more = kb < KB
+    a_s = gl.load(a_scale + a_off + kb, mask=ok & more, other=1.0)
+    return a_s, gl.load(lo_row + kb, mask=more, other=1.0), gl.load(hi_row + kb, mask=more, other=1.0)
+
+
+@gluon.jit
+def _put_tail_ratios(t_ratios, s, a_was, lo_was, hi_was, a_next, lo_next, hi_next):
     """Into stage ``s``'s rows of ``t_ratios`` (2s, 2s + 1; TAIL each): the factors that take a tile's transposed
-    tail block from units of K block kb's scales to kb + 1's (past the last block: to 1), lo's then hi's, per
-    tail pair (its A scales at ``a_scale + a_off``, ``ok``: the pairs there are; the weight blocks' at ``lo_row``
-    / ``hi_row``).
-    Computed in the loader, so that the consumer's K loop reads them with the stage (no scales of its own in
-    registers: it has none to spare)."""
-    more = kb + 1 < KB
-    a_was = gl.load(a_scale + a_off + kb, mask=ok, other=1.0)
-    a_next = gl.load(a_scale + a_off + (kb + 1), mask=ok & more, other=1.0)
-    lo = gl.load(lo_row + kb) / gl.load(lo_row + kb + 1, mask=more, other=1.0)
-    hi = gl.load(hi_row + kb) / gl.load(hi_row + kb + 1, mask=more, other=1.0)
-    t_ratios.index(2 * s).store(a_was / a_next * lo)
-    t_ratios.index(2 * s + 1).store(a_was / a_next * hi)
+    tail block from units of one K block's scales (:func:`_tail_scales`, ``*_was``) to the next's (``*_next``),
+    lo's then hi's, per tail pair. The loader computes them, so that the consumer's K loop reads them with the
+    stage (it has no registers to spare for scales of its own), from scales loaded a stage ahead."""
+    t_ratios.index(2 * s).store(a_was / a_next * (lo_was / lo_next))
+    t_ratios.index(2 * s + 1).store(a_was / a_next * (hi_was / hi_next))
 
 
 @gluon.jit
@@ -575,10 +577,11 @@ def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios,
     block's B lo and hi blocks (rows from ``b_row``) by TMA, and the 128-byte pieces of its M tile's token rows
     (``rows_ptr``: rows of ROW_LEN values; the tile's pairs [row0, row_end) in sorted_row, rows past them
     zeros) by every thread's cp.async into the stage's A buffer, counted on the stage's barrier: each thread
-    adds its pending copies to it before one thread's expect-tx arrival can complete the phase. TAIL: the rows
-    of the tile's pairs past its first 128 (:func:`_tail_pairs`) likewise into the stage's ``t_bufs`` (zeros
-    past them), and their rescale factors into its ``t_ratios`` (:func:`_put_tail_ratios`; x's scales, the B
-    blocks' at ``scale_row``, lo's then hi's KB each). Returns the next step."""
+    adds its pending copies to it before one thread's expect-tx arrival can complete the phase. TAIL (a tile
+    that carries its expert's last pairs): the rows of the tile's pairs past its first 128 (:func:`_tail_pairs`)
+    likewise into the stage's ``t_bufs`` (zeros past them), and their rescale factors into its ``t_ratios``
+    (:func:`_put_tail_ratios`; x's scales, the B blocks' at ``scale_row``, lo's then hi's KB each, loaded a
+    stage ahead). Returns the next step."""
     BLOCK_M: gl.constexpr = a_bufs.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
     HALF: gl.constexpr = lo_bufs.shape[1]
@@ -597,18 +600,21 @@ def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios,
                              cache_modifier=".cg")  # fmt: skip
         tail_src = rows_ptr + (tail_token.to(gl.int64) * ROW_LEN)[:, None] + cols[None, :]
         ONE: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])  # a pair's factors in every lane
-        tail_scales = gl.convert_layout(tail_token * KB, ONE)
+        x_scale = _buffer(table, X_SCALE, gl.float32)
+        tail_at = gl.convert_layout(tail_token * KB, ONE)
         tail_known = gl.convert_layout(tail_ok, ONE)
+        a_s, lo_s, hi_s = _tail_scales(x_scale, tail_at, tail_known, scale_row, scale_row + KB, 0, KB)
+        a_n, lo_n, hi_n = _tail_scales(x_scale, tail_at, tail_known, scale_row, scale_row + KB, 1, KB)
     for kb in range(KB):
         s = step % STAGES
         mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
         bar = ready.index(s)
         _cp_async(a_bufs.index(s), src + kb * BLOCK_K, mask=ok[:, None])
         if TAIL > 0:
-            if tail > 0:  # an expert's last full tile with its last pairs
-                _cp_async(t_bufs.index(s), tail_src + kb * BLOCK_K, mask=tail_ok[:, None])
-                _put_tail_ratios(t_ratios, s, _buffer(table, X_SCALE, gl.float32), tail_scales, tail_known,
-                                 scale_row, scale_row + KB, kb, KB)  # fmt: skip
+            _cp_async(t_bufs.index(s), tail_src + kb * BLOCK_K, mask=tail_ok[:, None])
+            _put_tail_ratios(t_ratios, s, a_s, lo_s, hi_s, a_n, lo_n, hi_n)
+            a_s, lo_s, hi_s = a_n, lo_n, hi_n
+            a_n, lo_n, hi_n = _tail_scales(x_scale, tail_at, tail_known, scale_row, scale_row + KB, kb + 2, KB)
         async_copy.mbarrier_arrive(bar)  # adds one pending arrival now, made when this thread's copies land
         _barrier()
         mbarrier.expect(bar, 2 * b_desc.block_type.nbytes)
@@ -637,13 +643,18 @@ def _fill_tail(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, read
     ok = (j < tail)[:, None]
     ONE: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])  # a pair's factors in every lane
     p = gl.arange(0, TAIL, layout=ONE)
+    h_scale = _buffer(table, H_SCALE, gl.float32)
+    tail_at = (row0 + QBLOCK + p) * KB
+    a_s, lo_s, hi_s = _tail_scales(h_scale, tail_at, p < tail, scale_row, scale_row + KB, 0, KB)
+    a_n, lo_n, hi_n = _tail_scales(h_scale, tail_at, p < tail, scale_row, scale_row + KB, 1, KB)
     for kb in range(KB):
         s = step % STAGES
         mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
         bar = ready.index(s)
         _cp_async(t_bufs.index(s), src + kb * BLOCK_K, mask=ok)
-        _put_tail_ratios(t_ratios, s, _buffer(table, H_SCALE, gl.float32), (row0 + QBLOCK + p) * KB, p < tail,
-                         scale_row, scale_row + KB, kb, KB)  # fmt: skip
+        _put_tail_ratios(t_ratios, s, a_s, lo_s, hi_s, a_n, lo_n, hi_n)
+        a_s, lo_s, hi_s = a_n, lo_n, hi_n
+        a_n, lo_n, hi_n = _tail_scales(h_scale, tail_at, p < tail, scale_row, scale_row + KB, kb + 2, KB)
         async_copy.mbarrier_arrive(bar)  # adds one pending arrival now, made when this thread's copies land
         _barrier()
         mbarrier.expect(bar, h_desc.block_type.nbytes + 2 * w2_desc.block_type.nbytes)
@@ -722,10 +733,20 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                     token_rows = _buffer(table, X_SYM, gl.float8e4nv)
                 else:
                     token_rows = x_ptr
-                step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty,
-                                      table, row0, row_end, (expert * N1 + pid_n) * 2 * QBLOCK,
-                                      _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1, KB1, step, H,
-                                      STAGES, TAIL)  # fmt: skip
+                b_row = (expert * N1 + pid_n) * 2 * QBLOCK
+                if TAIL == 0:
+                    step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready,
+                                          empty, table, row0, row_end, b_row, None, KB1, step, H, STAGES,
+                                          0)  # fmt: skip
+                elif _tail_pairs(row0, row_end, TAIL) > 0:  # a loop of its own: in one loop both spilled
+                    step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready,
+                                          empty, table, row0, row_end, b_row,
+                                          _buffer(table, W1S, gl.float32) + b_row // QBLOCK * KB1, KB1, step, H,
+                                          STAGES, TAIL)  # fmt: skip
+                else:
+                    step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready,
+                                          empty, table, row0, row_end, b_row, None, KB1, step, H, STAGES,
+                                          0)  # fmt: skip
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
                              (expert * N1 + pid_n) * 2 * QBLOCK, KB1, step, STAGES)  # fmt: skip
