@@ -332,40 +332,6 @@ def test_gluon_scaled_tiles_without_scales_run_the_bf16_k_loop(tmp_path):
     assert sorted(set(waits)) == ["0", "2"] and waits.count("2") == 3 * waits.count("0"), waits
 
 
-def test_gluon_persistent_kernel_carries_an_experts_last_pairs_as_a_transposed_block(tmp_path):
-    """With ``tail_rows=16`` the Gluon fp8 kernel's second consumer runs an M tile that carries its expert's last
-    pairs in a K loop of its own: beside the promoted wgmmas of its rows (m64n128k32), the stage's weight blocks
-    as A and the tail's 16 rows as B (m64n16k32), waited for beside the rows' hi wgmma. The tail's rows come by
-    cp.async beside the stage's (L1: the gathered token rows, L2: h's rows), one 16-byte copy a thread, in
-    loader loops of their own (L1's other loop is the default kernel's). Triton 3.6 to 3.8 compile it with no wgmma serialized and the K loops
-    reloading at most the shared memory base; 3.9's ptxas spills inside the tail's K loops (no wgmma
-    serialized), so the knob is for the older Tritons until that is solved."""
-    import dataclasses
-
-    from conftest import ptxas_report, sass
-
-    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
-
-    ((cfg, default),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == "moe_persistent_gluon"]
-    pc = dataclasses.replace(choose_persistent(cfg), tail_rows=16)
-    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
-    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
-                              options=aot.options_for(default.name))  # fmt: skip
-    ptx = compiled.asm["ptx"]
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n16k32\.f32\.e4m3\.e4m3", ptx)
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
-    code = [line.strip() for line in ptx.splitlines() if line.strip() and not line.strip().startswith((".loc", "//"))]
-    copies = [line for line in code if line.startswith("cp.async.cg.shared.global")]
-    assert len(copies) == 8 + (8 + 1) + 1 and all(", 0x10," in line for line in copies), copies
-    assert "setmaxnreg.inc.sync.aligned.u32 \t248" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
-    assert compiled.metadata.shared <= SHARED_LIMIT
-    assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
-    waits = re.findall(r"\bWARPGROUP\.DEPBAR\.LE gsb0, 0x(\d)", sass(compiled.asm["cubin"], tmp_path))
-    assert waits.count("2") == 2 and waits.count("1") == 2, waits  # the tail's loops, L1's and L2's
-    if triton.__version__.startswith(("3.6.", "3.7.", "3.8.")):
-        _assert_k_loops_reload_only_the_shared_memory_base(sass(compiled.asm["cubin"], tmp_path))
-
-
 def _assert_k_loops_reload_only_the_shared_memory_base(code: str) -> None:
     """In the SASS ``code`` of a Gluon persistent kernel, the wgmma loops reload at most the shared memory base
     from the stack (an LDL of a word at [R1 + offset], kept there across the partitions' register

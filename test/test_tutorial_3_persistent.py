@@ -306,40 +306,6 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
     assert persistent_launch(PRODUCTION, with_tma_a, 132).constexprs["TMA_A"] is True  # half tiles gather
 
 
-def test_tail_rows_knob_runs_in_the_gluon_fp8_kernel_and_is_refused_elsewhere():
-    """``tail_rows`` (0, 8 or 16) reaches the Gluon fp8 kernel as TAIL; with L1's A rows copied by dispatch
-    (``tma_a``), sums kept in the tensor cores (``fast_accum``), bf16 or the Triton kernel it is refused,
-    naming the knobs to set."""
-    fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
-    pc = choose_persistent(fp8)
-    assert pc.tail_rows == 0 and persistent_launch(fp8, pc, 132).constexprs["TAIL"] == 0
-    for rows in (8, 16):
-        assert persistent_launch(fp8, dataclasses.replace(pc, tail_rows=rows), 132).constexprs["TAIL"] == rows
-    with pytest.raises(ValueError, match="tail_rows=12 must be 0, 8 or 16"):
-        persistent_launch(fp8, dataclasses.replace(pc, tail_rows=12), 132)
-    refused = [(fp8, dataclasses.replace(pc, tma_a=True), "tma_a=True"),
-               (fp8, dataclasses.replace(pc, fast_accum=True), "fast_accum=True"),
-               (fp8, choose_persistent(fp8, gluon=False), "gluon=False"),
-               (PRODUCTION, choose_persistent(PRODUCTION), "got bf16")]  # fmt: skip
-    for cfg, knobs, cause in refused:
-        with pytest.raises(ValueError, match=f"tail_rows=16 needs the Gluon kernel in fp8 .*{cause}.*set tail_rows=0"):
-            persistent_launch(cfg, dataclasses.replace(knobs, tail_rows=16), 132)
-
-
-def test_expert_tile_rows_let_a_full_tile_carry_its_experts_last_few_pairs():
-    """``persistent.expert_tile_rows``: 128 pairs a tile; with ``tail_rows`` an expert's last pairs past a full
-    tile, at most that many, ride in that tile instead of a tile of their own (an expert of only a few pairs
-    keeps its one tile). The rows add up to each expert's pairs either way."""
-    from tutorials.megamoe.persistent import expert_tile_rows
-
-    counts = [130, 0, 5, 128, 144, 145, 16, 272]
-    assert expert_tile_rows(counts, 128) == [128, 2, 5, 128, 128, 16, 128, 17, 16, 128, 128, 16]
-    assert expert_tile_rows(counts, 128, 8) == [130, 5, 128, 128, 16, 128, 17, 16, 128, 128, 16]
-    assert expert_tile_rows(counts, 128, 16) == [130, 5, 128, 144, 128, 17, 16, 128, 144]
-    for tail in (0, 8, 16):
-        assert sum(expert_tile_rows(counts, 128, tail)) == sum(counts)
-
-
 def test_default_knobs():
     big = choose_persistent(PRODUCTION, gluon=False)
     assert (big.block_m, big.block_n1, big.block_n2, big.block_k, big.num_warps) == (128, 128, 256, 64, 8)
@@ -646,9 +612,6 @@ def test_gemm_items_rows_follow_the_layout_and_the_tile_order():
         items = groups["l2"][chunk * 10 * 4 : (chunk + 1) * 10 * 4]
         assert (items[: 8 * 4] == 128).all() and items[8 * 4 :].tolist() == [128, 3] * 4
     assert not groups["l2"][10 * 16 :].any()
-    layout[1:11] = [130, 0, 5, 128, 0, 0, 0, 0, 0, 0]  # tail_rows 16: the first expert's 2 last pairs ride along
-    merged = gemm_item_rows(layout, sch, 128, 8, 16)
-    assert merged["l1"][:6].tolist() == [130, 5, 128] * 2 and not merged["l1"][3 * 12 :].any()
 
 
 # (M tiles, N tiles, GROUP_M, N tiles per chunk): the production L2 (4 chunks of 4), a last group of 2, fewer

@@ -26,13 +26,11 @@ from pathlib import Path
 import torch
 
 
-def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, block_m: int,
-                  tail_rows: int = 0) -> torch.Tensor:  # fmt: skip
+def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, block_m: int) -> torch.Tensor:
     """Rows of each M tile of a call's ``layout`` (the persistent kernel's LANDED counts once every row has
-    landed; ``persistent.expert_tile_rows``), [m_tiles] int32 on the layout's device, 0 past the call's M tiles."""
-    from .persistent import expert_tile_rows
-
-    rows = expert_tile_rows(layout[1 : 1 + local_experts_p2].tolist(), block_m, tail_rows)
+    landed), [m_tiles] int32 on the layout's device, 0 past the call's M tiles."""
+    counts = layout[1 : 1 + local_experts_p2].tolist()
+    rows = [min(block_m, c - j * block_m) for c in counts for j in range(-(-c // block_m))]
     return torch.tensor(rows + [0] * (m_tiles - len(rows)), dtype=torch.int32, device=layout.device)
 
 
@@ -49,7 +47,7 @@ def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
     sch = schedule(cfg, pc)
     starts = sch.starts()
     buffers = {**layer.weights, **layer.sym, **layer.local}
-    landed = landed_counts(layer.local["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m, pc.tail_rows)
+    landed = landed_counts(layer.local["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m)
     restore = torch.zeros_like(layer.local["sched"])
     restore[p.LAYOUT_DONE.value] = 1
     restore[sch.landed_word : sch.landed_word + landed.numel()] = landed

@@ -24,8 +24,7 @@ Per program, three partitions::
                       stage back)
     consumer c (4 warps): L1 / L2 rows 64c .. 64c + 63 of each tile (once the item's first stage has
                       landed: the loader's wait is behind it; the second consumer only releases the stages
-                      of an expert's last tile of at most 64 rows; with TAIL it also runs a tile's pairs past
-                      its first 128 as a transposed block, :func:`_k_loop_tail`); the c-th half of each route item's
+                      of an expert's last tile of at most 64 rows); the c-th half of each route item's
                       tokens; every other token of a combine item (from the stages); the plan item (with
                       the layout: the layout item is empty) in the first consumer alone
 
@@ -115,18 +114,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import (
-    CONSUMER_ROWS,
-    _fill,
-    _k_loop,
-    _k_loop_bf16,
-    _row_scales,
-    _tma_load,
-    _tma_store,
-    _wait_stage,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -289,46 +277,15 @@ def _buffer(table, index: gl.constexpr, dtype: gl.constexpr):
 
 
 @gluon.jit
-def _expert_tiles(total, TAIL: gl.constexpr):
-    """M tiles of an expert of ``total`` pairs: 128 pairs a tile, its last TAIL pairs or fewer past a full tile
-    riding in that tile (``persistent.expert_tile_rows``)."""
-    if TAIL == 0:
-        tiles = (total + QBLOCK - 1) // QBLOCK
-    else:
-        full = total // QBLOCK
-        rest = total - full * QBLOCK
-        tiles = gl.where((full > 0) & (rest <= TAIL), full, full + (rest > 0).to(gl.int32))
-    return tiles
-
-
-@gluon.jit
-def _tile_pairs(row0, row_end, TAIL: gl.constexpr):
-    """Pairs of the M tile that starts at pair ``row0`` of an expert whose pairs end at ``row_end``: all of them
-    where at most 128 + TAIL are left (its last tile), else 128 (a later tile holds more than TAIL)."""
-    left = row_end - row0
-    if TAIL == 0:
-        pairs = gl.minimum(left, QBLOCK)
-    else:
-        pairs = gl.where(left <= QBLOCK + TAIL, left, QBLOCK)
-    return pairs
-
-
-@gluon.jit
-def _tail_pairs(row0, row_end, TAIL: gl.constexpr):
-    """Pairs of the M tile at ``row0`` past its first 128: an expert's last pairs riding in its last full tile."""
-    return gl.maximum(_tile_pairs(row0, row_end, TAIL) - QBLOCK, 0)
-
-
-@gluon.jit
-def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr, TAIL: gl.constexpr):
-    """(local expert, first pair, end of the expert's pairs) of M tile ``pid_m`` of the layout
-    (``persistent._tile_rows``; :func:`_expert_tiles`), in the loader."""
+def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
+    """(local expert, first pair, end of the expert's pairs) of 128-pair M tile ``pid_m`` of the layout
+    (``persistent._tile_rows``), in the loader."""
     ee = gl.arange(0, EL_P2, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
     inside = ee < E_LOC
     total = gl.load(layout_ptr + 1 + ee, mask=inside, other=0, cache_modifier=".cg")
     first_pair = gl.load(layout_ptr + 1 + EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
     first_tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
-    tile_end = gl.where(inside, first_tile + _expert_tiles(total, TAIL), 0x7FFFFFFF)
+    tile_end = gl.where(inside, first_tile + (total + QBLOCK - 1) // QBLOCK, 0x7FFFFFFF)
     expert = gl.sum((tile_end <= pid_m).to(gl.int32), axis=0)
     this = ee == expert
     start = gl.sum(gl.where(this, first_pair, 0), axis=0)
@@ -338,8 +295,7 @@ def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr, TAIL
 
 @gluon.jit
 def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.constexpr, N1: gl.constexpr,
-               CHUNK_TILES: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr,
-               TAIL: gl.constexpr):  # fmt: skip
+               CHUNK_TILES: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr):  # fmt: skip
     """(M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the call's
     ``n_mt`` M tiles). L2 items go a combine chunk of CHUNK_TILES N tiles at a time, so that a chunk's combine
     items can run while the later chunks' L2 tiles do."""
@@ -348,7 +304,7 @@ def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.cons
         pid_m, pid_n = _chunked_tile_of(item - L2_START, n_mt, CHUNK_TILES, GROUP_M)
     else:
         pid_m, pid_n = _tile_of(item - L1_START, n_mt, N1, GROUP_M)
-    expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2, TAIL)
+    expert, row0, row_end = _tile_rows(layout_ptr, pid_m, E_LOC, EL_P2)
     return pid_m, pid_n, expert, row0, row_end
 
 
@@ -473,8 +429,7 @@ def _fill_combine(y_desc, a_bufs, ready, empty, table, idx, tokens, me, wait_ms,
 
 
 @gluon.jit
-def _place_pairs(table, t0, n, ROWS: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, EL_P2: gl.constexpr,
-                 TAIL: gl.constexpr):  # fmt: skip
+def _place_pairs(table, t0, n, ROWS: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, EL_P2: gl.constexpr):
     """The routing of tokens [t0, t0 + ROWS) (those below ``n``) for the GEMMs and the combine, a pair to a
     lane: recv_ids and recv_w, each pair's position in the layout (sorted_row: its token; inv_pos); returns
     (positions, M tiles, which pairs exist), [ROWS, K_P2]."""
@@ -491,13 +446,9 @@ def _place_pairs(table, t0, n, ROWS: gl.constexpr, K: gl.constexpr, K_P2: gl.con
     gl.store(_buffer(table, RECV_IDS, gl.int32) + at, e, mask=mk)
     gl.store(_buffer(table, RECV_W, gl.float32) + at, wts, mask=mk)
     # the one source's first pair per expert is the expert's first pair: a pair's M tile is its expert's first
-    # tile plus its rank's, both loaded at once (with TAIL, the expert's last pairs in its last tile)
+    # tile plus its rank's, both loaded at once
     pos = gl.load(layout_ptr + 1 + 3 * EL_P2 + e, cache_modifier=".cg") + rank
-    if TAIL == 0:
-        tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + e, cache_modifier=".cg") + rank // QBLOCK
-    else:
-        last = _expert_tiles(gl.load(layout_ptr + 1 + e, cache_modifier=".cg"), TAIL) - 1
-        tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + e, cache_modifier=".cg") + gl.minimum(rank // QBLOCK, last)
+    tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + e, cache_modifier=".cg") + rank // QBLOCK
     gl.store(_buffer(table, SORTED_ROW, gl.int32) + pos, tokens[:, None] + gl.zeros_like(kk)[None, :], mask=mk)
     gl.store(_buffer(table, INV_POS, gl.int32) + at, gl.where(mk, pos, -1), mask=mk)
     return pos, gl.where(mk, tile, 0), mk
@@ -514,8 +465,7 @@ def _count_landed(table, tile, mk, LANDED: gl.constexpr):
 
 @gluon.jit
 def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, K: gl.constexpr, K_P2: gl.constexpr,
-                   EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr,
-                   TAIL: gl.constexpr):  # fmt: skip
+                   EL_P2: gl.constexpr, LANDED: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
     """Dispatch item ``idx`` (``persistent._dispatch_item`` at world 1 with TMA_A: a token's slot is the token,
     every expert local) in the loader, its waits done and ``n`` tokens read: its tokens' rows (fp8: the
     quantized x_sym's; bf16: x's) by TMA into the next stage's A buffer (``x_desc``: the rows as
@@ -538,7 +488,7 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
     else:
         rows_smem = _y_chunks(a_bufs.index(s), ROWS, BOXES)
     _tma_load(x_desc, [t0, 0, 0], bar, rows_smem)  # rows past the tensor's come as zeros, past n are never stored
-    pos, tile, mk = _place_pairs(table, t0, n, ROWS, K, K_P2, EL_P2, TAIL)
+    pos, tile, mk = _place_pairs(table, t0, n, ROWS, K, K_P2, EL_P2)
     mbarrier.wait(bar, (step // STAGES) & 1)  # the rows have landed
     places = gl.convert_layout(pos, EVERY)
     for r in gl.static_range(ROWS):
@@ -551,37 +501,14 @@ def _dispatch_rows(x_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step,
 
 
 @gluon.jit
-def _tail_scales(a_scale, a_off, ok, lo_row, hi_row, kb, KB):
-    """K block kb's scales for a tile's tail block: its pairs' A scales at ``a_scale + a_off`` ([TAIL], 1 where
-    not ``ok``), the lo and hi weight blocks' at ``lo_row`` / ``hi_row``; 1 past the last block."""
-    more = kb < KB
-    a_s = gl.load(a_scale + a_off + kb, mask=ok & more, other=1.0)
-    return a_s, gl.load(lo_row + kb, mask=more, other=1.0), gl.load(hi_row + kb, mask=more, other=1.0)
-
-
-@gluon.jit
-def _put_tail_ratios(t_ratios, s, a_was, lo_was, hi_was, a_next, lo_next, hi_next):
-    """Into stage ``s``'s rows of ``t_ratios`` (2s, 2s + 1; TAIL each): the factors that take a tile's transposed
-    tail block from units of one K block's scales (:func:`_tail_scales`, ``*_was``) to the next's (``*_next``),
-    lo's then hi's, per tail pair. The loader computes them, so that the consumer's K loop reads them with the
-    stage (it has no registers to spare for scales of its own), from scales loaded a stage ahead."""
-    t_ratios.index(2 * s).store(a_was / a_next * (lo_was / lo_next))
-    t_ratios.index(2 * s + 1).store(a_was / a_next * (hi_was / hi_next))
-
-
-@gluon.jit
-def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, row0, row_end,
-                   b_row, scale_row, KB, step, ROW_LEN: gl.constexpr, STAGES: gl.constexpr,
-                   TAIL: gl.constexpr):  # fmt: skip
+def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, table, row0, row_end, b_row, KB, step,
+                   ROW_LEN: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """:func:`gluon_scaled_tiles._fill` for an L1 item whose A rows are gathered, not copied by dispatch: each K
     block's B lo and hi blocks (rows from ``b_row``) by TMA, and the 128-byte pieces of its M tile's token rows
     (``rows_ptr``: rows of ROW_LEN values; the tile's pairs [row0, row_end) in sorted_row, rows past them
     zeros) by every thread's cp.async into the stage's A buffer, counted on the stage's barrier: each thread
-    adds its pending copies to it before one thread's expect-tx arrival can complete the phase. TAIL (a tile
-    that carries its expert's last pairs): the rows of the tile's pairs past its first 128 (:func:`_tail_pairs`)
-    likewise into the stage's ``t_bufs`` (zeros past them), and their rescale factors into its ``t_ratios``
-    (:func:`_put_tail_ratios`; x's scales, the B blocks' at ``scale_row``, lo's then hi's KB each, loaded a
-    stage ahead). Returns the next step."""
+    adds its pending copies to it before one thread's expect-tx arrival can complete the phase. Returns the
+    next step."""
     BLOCK_M: gl.constexpr = a_bufs.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
     HALF: gl.constexpr = lo_bufs.shape[1]
@@ -592,29 +519,11 @@ def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios,
     token = gl.load(_buffer(table, SORTED_ROW, gl.int32) + r, mask=ok, other=0, cache_modifier=".cg")
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, L))
     src = rows_ptr + (token.to(gl.int64) * ROW_LEN)[:, None] + cols[None, :]
-    if TAIL > 0:
-        tail = _tail_pairs(row0, row_end, TAIL)
-        j = gl.arange(0, TAIL, layout=gl.SliceLayout(1, L))
-        tail_ok = j < tail
-        tail_token = gl.load(_buffer(table, SORTED_ROW, gl.int32) + row0 + BLOCK_M + j, mask=tail_ok, other=0,
-                             cache_modifier=".cg")  # fmt: skip
-        tail_src = rows_ptr + (tail_token.to(gl.int64) * ROW_LEN)[:, None] + cols[None, :]
-        ONE: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])  # a pair's factors in every lane
-        x_scale = _buffer(table, X_SCALE, gl.float32)
-        tail_at = gl.convert_layout(tail_token * KB, ONE)
-        tail_known = gl.convert_layout(tail_ok, ONE)
-        a_s, lo_s, hi_s = _tail_scales(x_scale, tail_at, tail_known, scale_row, scale_row + KB, 0, KB)
-        a_n, lo_n, hi_n = _tail_scales(x_scale, tail_at, tail_known, scale_row, scale_row + KB, 1, KB)
     for kb in range(KB):
         s = step % STAGES
         mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
         bar = ready.index(s)
         _cp_async(a_bufs.index(s), src + kb * BLOCK_K, mask=ok[:, None])
-        if TAIL > 0:
-            _cp_async(t_bufs.index(s), tail_src + kb * BLOCK_K, mask=tail_ok[:, None])
-            _put_tail_ratios(t_ratios, s, a_s, lo_s, hi_s, a_n, lo_n, hi_n)
-            a_s, lo_s, hi_s = a_n, lo_n, hi_n
-            a_n, lo_n, hi_n = _tail_scales(x_scale, tail_at, tail_known, scale_row, scale_row + KB, kb + 2, KB)
         async_copy.mbarrier_arrive(bar)  # adds one pending arrival now, made when this thread's copies land
         _barrier()
         mbarrier.expect(bar, 2 * b_desc.block_type.nbytes)
@@ -625,55 +534,14 @@ def _fill_gathered(rows_ptr, b_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios,
 
 
 @gluon.jit
-def _fill_tail(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, row0, tail, b_row,
-               scale_row, KB, step, ROW_LEN: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """:func:`gluon_scaled_tiles._fill` of an L2 item whose M tile carries ``tail`` pairs past its first 128
-    (:func:`_tail_pairs`): besides each K block's h rows and B blocks by TMA, the tail pairs' h rows (rows of
-    ROW_LEN values) by every thread's cp.async into the stage's ``t_bufs`` (zeros past them), counted on the
-    stage's barrier as :func:`_fill_gathered` counts its rows, and their rescale factors into its ``t_ratios``
-    (:func:`_put_tail_ratios`; h's scales, the B blocks' at ``scale_row``). Returns the next step."""
-    BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
-    HALF: gl.constexpr = w2_desc.block_type.shape[0]
-    TAIL: gl.constexpr = t_bufs.shape[1]
-    VEC: gl.constexpr = 128 // t_bufs.dtype.primitive_bitwidth  # values in 16 bytes: a cp.async each
-    L: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // BLOCK_K, BLOCK_K // VEC], [gl.num_warps(), 1], [1, 0])
-    j = gl.arange(0, TAIL, layout=gl.SliceLayout(1, L))
-    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, L))
-    src = _buffer(table, H_BUF, gl.float8e4nv) + ((row0 + QBLOCK + j).to(gl.int64) * ROW_LEN)[:, None] + cols[None, :]
-    ok = (j < tail)[:, None]
-    ONE: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])  # a pair's factors in every lane
-    p = gl.arange(0, TAIL, layout=ONE)
-    h_scale = _buffer(table, H_SCALE, gl.float32)
-    tail_at = (row0 + QBLOCK + p) * KB
-    a_s, lo_s, hi_s = _tail_scales(h_scale, tail_at, p < tail, scale_row, scale_row + KB, 0, KB)
-    a_n, lo_n, hi_n = _tail_scales(h_scale, tail_at, p < tail, scale_row, scale_row + KB, 1, KB)
-    for kb in range(KB):
-        s = step % STAGES
-        mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # a fresh barrier passes the first round
-        bar = ready.index(s)
-        _cp_async(t_bufs.index(s), src + kb * BLOCK_K, mask=ok)
-        _put_tail_ratios(t_ratios, s, a_s, lo_s, hi_s, a_n, lo_n, hi_n)
-        a_s, lo_s, hi_s = a_n, lo_n, hi_n
-        a_n, lo_n, hi_n = _tail_scales(h_scale, tail_at, p < tail, scale_row, scale_row + KB, kb + 2, KB)
-        async_copy.mbarrier_arrive(bar)  # adds one pending arrival now, made when this thread's copies land
-        _barrier()
-        mbarrier.expect(bar, h_desc.block_type.nbytes + 2 * w2_desc.block_type.nbytes)
-        _tma_load(h_desc, [row0, kb * BLOCK_K], bar, a_bufs.index(s))
-        _tma_load(w2_desc, [b_row, kb * BLOCK_K], bar, lo_bufs.index(s))
-        _tma_load(w2_desc, [b_row + HALF, kb * BLOCK_K], bar, hi_bufs.index(s))
-        step += 1
-    return step
-
-
-@gluon.jit
-def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios,
-            ready, empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
-            H: gl.constexpr, INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
-            EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr,
-            COMBINE_ROWS: gl.constexpr, COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
+def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready, empty,
+            items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr, H: gl.constexpr,
+            INTER: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
+            GROUP_M: gl.constexpr, M_TILES: gl.constexpr, DISPATCH_ROWS: gl.constexpr, COMBINE_ROWS: gl.constexpr,
+            COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
             DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
-            STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr, GATHER_A: gl.constexpr,
-            TAIL: gl.constexpr):  # fmt: skip
+            STAGES: gl.constexpr, LANDED: gl.constexpr, TRACE: gl.constexpr, FP8: gl.constexpr,
+            GATHER_A: gl.constexpr):  # fmt: skip
     """Hands the items of [item_begin, item_end) to the consumers in turn, taking each from the counter only
     once the consumers have taken up the last (so that no item waits in a program behind more than one
     other, as in the Triton kernel); for a GEMM item, once its operands are there, loads every K block of
@@ -683,14 +551,10 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
     row), the stages it used in the slot's M tile word for the consumers to hand back. Past the last item it
     hands them ``item_end``, which ends their loops. GATHER_A: an L1 item's A rows are gathered from the token
     rows (fp8: x_sym's, bf16: x's) by :func:`_fill_gathered`, and a dispatch item only places its pairs
-    (:func:`_place_pairs`, no stage); ``a_desc``, ``x_desc`` and ``pair_desc`` are not read. TAIL: an M tile's
-    pairs past its first 128 (:func:`_tail_pairs`) also into the stages' ``t_bufs`` (L1: :func:`_fill_gathered`,
-    L2: :func:`_fill_tail`)."""
+    (:func:`_place_pairs`, no stage); ``a_desc``, ``x_desc`` and ``pair_desc`` are not read."""
     N1: gl.constexpr = INTER // QBLOCK
     CHUNK_TILES: gl.constexpr = BLOCK_HC // (2 * QBLOCK)  # L2 N tiles in a combine chunk
     BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
-    KB1: gl.constexpr = H // BLOCK_K
-    KB2: gl.constexpr = INTER // BLOCK_K
     layout_ptr = _buffer(table, LAYOUT, gl.int32)
     sched_ptr = _buffer(table, SCHED, gl.int32)
     step = 0
@@ -703,12 +567,12 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
         if (item >= L1_START) & (item < COMBINE_START):
             is_l2 = item >= L2_START
             pid_m, pid_n, expert, row0, row_end = _gemm_item(layout_ptr, item, n_mt, L1_START, L2_START, N1,
-                                                             CHUNK_TILES, E_LOC, EL_P2, GROUP_M, TAIL)  # fmt: skip
+                                                             CHUNK_TILES, E_LOC, EL_P2, GROUP_M)  # fmt: skip
             _publish(items, item_full, taken, item, pid_m, pid_n, expert, row0, row_end)
             if is_l2:
                 moe_wait_async(sched_ptr + LANDED + M_TILES + pid_m, PARTS * N1, WAIT_L1, me, wait_ms)
             else:
-                moe_wait_async(sched_ptr + LANDED + pid_m, _tile_pairs(row0, row_end, TAIL), WAIT_LANDED, me, wait_ms)
+                moe_wait_async(sched_ptr + LANDED + pid_m, gl.minimum(row_end - row0, QBLOCK), WAIT_LANDED, me, wait_ms)
                 if GATHER_A and FP8:  # the rows it gathers: x_sym's, once every route item has quantized its part
                     if quantized == 0:
                         moe_wait_async(sched_ptr + ROUTE_DONE, PARTS * PLAN_START, WAIT_ROUTE, me, wait_ms)
@@ -716,40 +580,18 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
             if TRACE:
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if is_l2:
-                b_row = expert * H + pid_n * 2 * QBLOCK
-                tail = _tail_pairs(row0, row_end, TAIL)
-                if TAIL == 0:
-                    step = _fill(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0, b_row, KB2,
-                                 step, STAGES)  # fmt: skip
-                elif tail > 0:
-                    step = _fill_tail(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table,
-                                      row0, tail, b_row, _buffer(table, W2S, gl.float32) + b_row // QBLOCK * KB2,
-                                      KB2, step, INTER, STAGES)  # fmt: skip
-                else:
-                    step = _fill(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0, b_row, KB2,
-                                 step, STAGES)  # fmt: skip
+                step = _fill(h_desc, w2_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
+                             expert * H + pid_n * 2 * QBLOCK, INTER // BLOCK_K, step, STAGES)  # fmt: skip
             elif GATHER_A:
                 if FP8:
                     token_rows = _buffer(table, X_SYM, gl.float8e4nv)
                 else:
                     token_rows = x_ptr
-                b_row = (expert * N1 + pid_n) * 2 * QBLOCK
-                if TAIL == 0:
-                    step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready,
-                                          empty, table, row0, row_end, b_row, None, KB1, step, H, STAGES,
-                                          0)  # fmt: skip
-                elif _tail_pairs(row0, row_end, TAIL) > 0:  # a loop of its own: in one loop both spilled
-                    step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready,
-                                          empty, table, row0, row_end, b_row,
-                                          _buffer(table, W1S, gl.float32) + b_row // QBLOCK * KB1, KB1, step, H,
-                                          STAGES, TAIL)  # fmt: skip
-                else:
-                    step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready,
-                                          empty, table, row0, row_end, b_row, None, KB1, step, H, STAGES,
-                                          0)  # fmt: skip
+                step = _fill_gathered(token_rows, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, table, row0, row_end,
+                                      (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, H, STAGES)  # fmt: skip
             else:
                 step = _fill(a_desc, w1_desc, a_bufs, lo_bufs, hi_bufs, ready, empty, row0,
-                             (expert * N1 + pid_n) * 2 * QBLOCK, KB1, step, STAGES)  # fmt: skip
+                             (expert * N1 + pid_n) * 2 * QBLOCK, H // BLOCK_K, step, STAGES)  # fmt: skip
         elif (item >= DISPATCH_START) & (item < L1_START):
             if TRACE:
                 started = _globaltimer()
@@ -766,7 +608,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                 gl.store(trace_ptr + item * TRACE_WORDS + 1, _globaltimer())
             if GATHER_A:
                 if idx * DISPATCH_ROWS < n:
-                    _, tile, placed = _place_pairs(table, idx * DISPATCH_ROWS, n, DISPATCH_ROWS, K, K_P2, EL_P2, TAIL)
+                    _, tile, placed = _place_pairs(table, idx * DISPATCH_ROWS, n, DISPATCH_ROWS, K, K_P2, EL_P2)
                     _count_landed(table, tile, placed, LANDED)
             elif idx * DISPATCH_ROWS < n:
                 if FP8:  # the token rows: x_sym's, a buffer of the layer's
@@ -777,7 +619,7 @@ def _loader(a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs,
                     rows_desc = tma.make_tensor_descriptor(x_ptr, [T, H // 256, 256], [H, 256, 1],
                                                            [DISPATCH_ROWS, ROW_BOXES, 256], Y_CHUNKS)  # fmt: skip
                 step = _dispatch_rows(rows_desc, pair_desc, a_bufs, ready, empty, table, idx, n, step, K, K_P2, EL_P2,
-                                      LANDED, STAGES, FP8, TAIL)  # fmt: skip
+                                      LANDED, STAGES, FP8)  # fmt: skip
             _release(sched_ptr + DISPATCH_DONE)
             if TRACE:
                 _trace_item(trace_ptr + item * TRACE_WORDS, started)
@@ -897,14 +739,12 @@ def _route_part(item, part: gl.constexpr, T, logits_ptr, x_ptr, table, H: gl.con
 
 
 @gluon.jit
-def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr,
-               TAIL: gl.constexpr):  # fmt: skip
+def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
     """``persistent._plan_item`` and ``_layout_item`` at world 1 in one item, in one partition: once the route
     items have counted all T tokens routed (their pairs counted per expert; their quantization may still
     run), the tokens and pairs per expert into send_count / send_pairs, this rank's rows and the pair layout
-    (pairs grouped by local expert; M tiles of :func:`_expert_tiles`), then the plan flag. One item, not two,
-    and the layout before the flag: the flag and the wait for it took 2.7 us on the H200 before any dispatch
-    could start."""
+    (pairs grouped by local expert; 128-pair M tiles), then the plan flag. One item, not two, and the layout
+    before the flag: the flag and the wait for it took 2.7 us on the H200 before any dispatch could start."""
     VEC: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     SENT_COUNT: gl.constexpr = PAIR_COUNT + E
     sched = _buffer(table, SCHED, gl.int32)
@@ -916,7 +756,7 @@ def _plan_item(T, me, epoch, wait_ms, table, E: gl.constexpr, E_LOC: gl.constexp
     gl.store(_buffer(table, SEND_COUNT, gl.int32), tokens)
     gl.store(_buffer(table, SEND_PAIRS, gl.int32) + e1, total, mask=e1 < E_LOC)
     gl.store(_buffer(table, RECV_N, gl.int32), tokens)
-    tiles = _expert_tiles(total, TAIL)
+    tiles = (total + QBLOCK - 1) // QBLOCK
     first_pair = _cumsum(total, 0) - total
     gl.store(layout_ptr, gl.sum(tiles, axis=0))
     gl.store(layout_ptr + 1 + e1, total)
@@ -1020,108 +860,6 @@ def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
 
 
 @gluon.jit
-def _k_loop_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, a_row, row_ok, lo_row, hi_row, KB, step,
-                 ROW0: gl.constexpr, STAGES: gl.constexpr, mma: gl.constexpr, tmma: gl.constexpr):  # fmt: skip
-    """``gluon_scaled_tiles._k_loop_promoted`` of a consumer's rows (its lo and hi sums) with the tile's tail
-    pairs beside them as a transposed block: (lo, hi, tail lo, tail hi, next step), the tail's [128, TAIL]
-    sums in ``tmma``, the weight blocks' rows by the tail's pairs (``t_bufs``' rows, which cp.async wrote:
-    each stage fenced before its wgmmas). The tail's sums stay in the tensor cores over the whole K, taken
-    from one K block's scales to the next's between its wgmmas by the stage's ``t_ratios`` (the loader's
-    :func:`_put_tail_ratios`): ``fast_accum``'s error, on those pairs only. Two accumulators of 16 registers
-    a thread are what the consumer has to spare; promoted, the tail would take 32 more. Its wgmmas run
-    beside the rows' lo one, its rescale beside their hi one."""
-    HALF: gl.constexpr = lo_bufs.shape[1]
-    TAIL: gl.constexpr = t_bufs.shape[1]
-    sum_lo = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    sum_hi = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    part = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    tail_lo = gl.zeros([HALF, TAIL], gl.float32, layout=tmma)
-    tail_hi = gl.zeros([HALF, TAIL], gl.float32, layout=tmma)
-    a_s, lo_s, hi_s = _row_scales(a_row, row_ok, lo_row, hi_row, 0, KB)
-    for kb in range(KB):
-        a_n, lo_n, hi_n = _row_scales(a_row, row_ok, lo_row, hi_row, kb + 1, KB)
-        s = step % STAGES
-        _wait_stage(ready, step, STAGES, True)
-        a = a_bufs.index(s).slice(ROW0, CONSUMER_ROWS)
-        tail_b = t_bufs.index(s).permute((1, 0))
-        part = warpgroup_mma(a, lo_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
-        tail_lo = warpgroup_mma(lo_bufs.index(s), tail_b, tail_lo, is_async=True)
-        tail_hi = warpgroup_mma(hi_bufs.index(s), tail_b, tail_hi, is_async=True)
-        part = warpgroup_mma_wait(num_outstanding=2, deps=(part,))
-        sum_lo += part * gl.expand_dims(a_s * lo_s, 1)
-        part = warpgroup_mma(a, hi_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
-        tail_lo, tail_hi = warpgroup_mma_wait(num_outstanding=1, deps=(tail_lo, tail_hi))
-        tail_lo = tail_lo * gl.expand_dims(t_ratios.index(2 * s).load(gl.SliceLayout(0, tmma)), 0)
-        tail_hi = tail_hi * gl.expand_dims(t_ratios.index(2 * s + 1).load(gl.SliceLayout(0, tmma)), 0)
-        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-        mbarrier.arrive(empty.index(s), count=1)
-        sum_hi += part * gl.expand_dims(a_s * hi_s, 1)
-        a_s, lo_s, hi_s = a_n, lo_n, hi_n
-        step += 1
-    return sum_lo, sum_hi, tail_lo, tail_hi, step
-
-
-@gluon.jit
-def _tail_out(v, out_ptr, pairs, pair_ok, col0, ROW_LEN: gl.constexpr):
-    """A transposed block ``v`` [128 columns, pairs] (the output's dtype) into its pairs' rows (``pairs``,
-    ``pair_ok``: those there are) of ROW_LEN values at ``out_ptr`` from column ``col0``, 16 bytes per store
-    after a layout conversion (a pair's 16 or 8 columns a thread)."""
-    VEC: gl.constexpr = 128 // v.dtype.primitive_bitwidth  # values in 16 bytes
-    cols_16b: gl.constexpr = gl.BlockedLayout([VEC, 1], [QBLOCK // VEC, 32 * VEC // QBLOCK], [1, 4], [0, 1])
-    p = gl.convert_layout(pairs, gl.SliceLayout(0, cols_16b))
-    ok = gl.convert_layout(pair_ok, gl.SliceLayout(0, cols_16b))
-    cols = col0 + gl.arange(0, QBLOCK, layout=gl.SliceLayout(1, cols_16b))
-    out = out_ptr + gl.expand_dims(p.to(gl.int64) * ROW_LEN, 0) + gl.expand_dims(cols, 1)
-    gl.store(out, gl.convert_layout(v, cols_16b), mask=gl.expand_dims(ok, 0))
-
-
-@gluon.jit
-def _l1_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, a_row, row_ok, gate_row, row0, tail,
-             pid_n, step, H: gl.constexpr, INTER: gl.constexpr, ROW0: gl.constexpr, STAGES: gl.constexpr,
-             mma: gl.constexpr):  # fmt: skip
-    """The fp8 L1 K loop of the second consumer's rows of a tile that carries ``tail`` pairs past its first 128
-    (:func:`_k_loop_tail`): the tail's SwiGLU quantized per pair (:func:`_h_out`'s formula, over the block's
-    columns) into h and its scales; returns (gate, up, next step) of the consumer's rows."""
-    TAIL: gl.constexpr = t_bufs.shape[1]
-    KB: gl.constexpr = H // QBLOCK
-    # the transposed block [128 weight rows, TAIL pairs] over the warpgroup
-    tmma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, TAIL, 32])
-    gate, up, tail_gate, tail_up, step = _k_loop_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, a_row,
-                                                      row_ok, gate_row, gate_row + KB, KB, step, ROW0, STAGES, mma,
-                                                      tmma)  # fmt: skip
-    pairs = row0 + QBLOCK + gl.arange(0, TAIL, layout=gl.SliceLayout(0, tmma))
-    ok = pairs < row0 + QBLOCK + tail
-    v = moe_swiglu(tail_gate, tail_up)
-    scale = gl.div_rn(gl.maximum(gl.max(gl.abs(v), axis=0), _AMAX_FLOOR), _FP8_MAX)
-    q = _e4m3(_div_rn_by(v, gl.expand_dims(scale, 0)))
-    gl.store(_buffer(table, H_SCALE, gl.float32) + pairs.to(gl.int64) * (INTER // QBLOCK) + pid_n, scale, mask=ok)
-    _tail_out(q, _buffer(table, H_BUF, gl.float8e4nv), pairs, ok, pid_n * QBLOCK, INTER)
-    return gate, up, step
-
-
-@gluon.jit
-def _l2_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, a_row, row_ok, lo_row, row0, tail,
-             pid_n, step, H: gl.constexpr, INTER: gl.constexpr, ROW0: gl.constexpr, STAGES: gl.constexpr,
-             mma: gl.constexpr):  # fmt: skip
-    """The fp8 L2 K loop of the second consumer's rows of a tile that carries ``tail`` pairs past its first 128
-    (:func:`_k_loop_tail`): the tail's two 128-column blocks as bf16 into y_pair; returns (lo, hi, next step) of
-    the consumer's rows."""
-    TAIL: gl.constexpr = t_bufs.shape[1]
-    KB: gl.constexpr = INTER // QBLOCK
-    # the transposed block [128 weight rows, TAIL pairs] over the warpgroup
-    tmma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, TAIL, 32])
-    lo, hi, tail_lo, tail_hi, step = _k_loop_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, a_row,
-                                                  row_ok, lo_row, lo_row + KB, KB, step, ROW0, STAGES, mma,
-                                                  tmma)  # fmt: skip
-    pairs = row0 + QBLOCK + gl.arange(0, TAIL, layout=gl.SliceLayout(0, tmma))
-    ok = pairs < row0 + QBLOCK + tail
-    y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
-    _tail_out(tail_lo.to(gl.bfloat16), y_pair, pairs, ok, pid_n * 2 * QBLOCK, H)
-    _tail_out(tail_hi.to(gl.bfloat16), y_pair, pairs, ok, pid_n * 2 * QBLOCK + QBLOCK, H)
-    return lo, hi, step
-
-
-@gluon.jit
 def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
     """Release the KB stages from ``step`` on as they land, unread; returns the next step."""
     for _ in range(KB):
@@ -1133,16 +871,15 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, H: gl.constexpr,
-               INTER: gl.constexpr, M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr,
-               ROW0: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr,
-               FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, TAIL: gl.constexpr):  # fmt: skip
+def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
+               M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
+               STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
+               GATHER_A: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
     next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
     in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone.
     GATHER_A: L1's A rows come by cp.async (:func:`_fill_gathered`), so its K loop fences each stage (bf16's
-    one K loop, L2's too). TAIL (the second consumer, fp8): a tile's pairs past its first 128 too
-    (:func:`_l1_tail`, :func:`_l2_tail`)."""
+    one K loop, L2's too)."""
     N1: gl.constexpr = INTER // QBLOCK
     N2: gl.constexpr = H // (2 * QBLOCK)
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
@@ -1175,41 +912,18 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, em
     elif is_l2:
         hs_ptr = _buffer(table, H_SCALE, gl.float32)
         lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
-        h_scales = hs_ptr + offs_m.to(gl.int64) * KB2
-        if TAIL == 0:
-            lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, h_scales, row_ok, lo_row, lo_row + KB2, KB2,
-                                   step, ROW0, STAGES, mma, FAST_ACCUM, False)  # fmt: skip
-            _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
-        elif _tail_pairs(row0, row_end, TAIL) > 0:
-            lo, hi, step = _l2_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, h_scales, row_ok,
-                                    lo_row, row0, _tail_pairs(row0, row_end, TAIL), pid_n, step, H, INTER, ROW0,
-                                    STAGES, mma)  # fmt: skip
-            _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
-        else:
-            lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, h_scales, row_ok, lo_row, lo_row + KB2, KB2,
-                                   step, ROW0, STAGES, mma, FAST_ACCUM, False)  # fmt: skip
-            _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
+        lo, hi, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, hs_ptr + offs_m.to(gl.int64) * KB2, row_ok,
+                               lo_row, lo_row + KB2, KB2, step, ROW0, STAGES, mma, FAST_ACCUM, False)  # fmt: skip
+        _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
     else:
         rows = gl.load(_buffer(table, SORTED_ROW, gl.int32) + offs_m, mask=row_ok, other=0,
                        cache_modifier=".cg").to(gl.int64)  # fmt: skip
         gate_row = _buffer(table, W1S, gl.float32) + (expert * N1 + pid_n) * 2 * KB1  # gate's scales, then up's
-        x_scales = _buffer(table, X_SCALE, gl.float32) + rows * KB1
-        if TAIL == 0:
-            gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, x_scales, row_ok, gate_row, gate_row + KB1,
-                                     KB1, step, ROW0, STAGES, mma, FAST_ACCUM, GATHER_A)  # fmt: skip
-            _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m,
-                   row_end, pid_n, INTER)  # fmt: skip
-        elif _tail_pairs(row0, row_end, TAIL) > 0:
-            gate, up, step = _l1_tail(a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, x_scales, row_ok,
-                                      gate_row, row0, _tail_pairs(row0, row_end, TAIL), pid_n, step, H, INTER, ROW0,
-                                      STAGES, mma)  # fmt: skip
-            _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m,
-                   row_end, pid_n, INTER)  # fmt: skip
-        else:
-            gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty, x_scales, row_ok, gate_row, gate_row + KB1,
-                                     KB1, step, ROW0, STAGES, mma, FAST_ACCUM, GATHER_A)  # fmt: skip
-            _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m,
-                   row_end, pid_n, INTER)  # fmt: skip
+        gate, up, step = _k_loop(a_bufs, lo_bufs, hi_bufs, ready, empty,
+                                 _buffer(table, X_SCALE, gl.float32) + rows * KB1, row_ok, gate_row, gate_row + KB1,
+                                 KB1, step, ROW0, STAGES, mma, FAST_ACCUM, GATHER_A)  # fmt: skip
+        _h_out(gate, up, _buffer(table, H_BUF, gl.float8e4nv), _buffer(table, H_SCALE, gl.float32), offs_m, row_end,
+               pid_n, INTER)  # fmt: skip
     _release(done)
     return step
 
@@ -1218,8 +932,7 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, em
 
 
 @gluon.jit
-def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, items, item_full, item_free,
-              logits_ptr,
+def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr,
               x_ptr, y_ptr, table, T, me, epoch, wait_ms, item_end, trace_ptr, H: gl.constexpr, INTER: gl.constexpr,
               E: gl.constexpr, E_P2: gl.constexpr, K: gl.constexpr, K_P2: gl.constexpr, E_LOC: gl.constexpr,
               EL_P2: gl.constexpr, GROUP_M: gl.constexpr, M_TILES: gl.constexpr, ROUTE_TOKENS: gl.constexpr,
@@ -1227,11 +940,9 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, re
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
-              TAIL: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
-    that order (the second consumer also a tile's TAIL pairs past its first 128); the plan item in the first
-    consumer alone; the stage of a dispatch item (the loader's) handed
+    that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
     SM, in the item's trace row)."""
     step = 0
@@ -1246,16 +957,15 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, re
             _release(_buffer(table, SCHED, gl.int32) + ROUTE_DONE)
         elif item < LAYOUT_START:
             if part == 0:
-                _plan_item(T, me, epoch, wait_ms, table, E, E_LOC, EL_P2, TAIL)
+                _plan_item(T, me, epoch, wait_ms, table, E, E_LOC, EL_P2)
         elif item < DISPATCH_START:
             pass  # the plan item has laid the pairs out
         elif item < L1_START:
             # the loader ran it (_dispatch_rows): hand back the stage it used
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
-            step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, table, H, INTER,
-                              M_TILES, L2_START, BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM,
-                              GATHER_A, part * TAIL)  # fmt: skip
+            step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM, GATHER_A)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
@@ -1277,7 +987,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, TAIL: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1290,21 +1000,13 @@ def moe_persistent_gluon(
     (fp8): each GEMM's sums kept in the tensor cores, not promoted per K block (``gluon_scaled_tiles``). TRACE:
     each item's row of ``trace_ptr`` (``persistent.TRACE_FIELDS``), else it is None. GATHER_A: L1 gathers its A
     rows from the token rows by cp.async in a loader of 4 warps (the loader's warpgroup has their registers
-    either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None. TAIL
-    (``PersistentConfig.tail_rows``; fp8, GATHER_A, promoted sums): an expert's last TAIL pairs or fewer past a
-    full M tile ride in that tile, its second consumer's transposed block (their rows in TAIL-row stage buffers).
+    either way) and dispatch only places the pairs; ``a_desc``, ``x_desc`` and ``pair_desc`` are None.
     The last program to leave zeroes ``sched`` and, at the end of a call, stores its epoch, as ``moe_persistent``'s."""
     BLOCK_K: gl.constexpr = h_desc.block_type.shape[1]
     # A's stages as h's boxes: [128, K step] of 128-byte rows, the layout every A operand (a_sorted, h) takes
     a_bufs = gl.allocate_shared_memory(h_desc.dtype, [STAGES, 2 * CONSUMER_ROWS, BLOCK_K], h_desc.layout)
     lo_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, BLOCK_K], w1_desc.layout)
     hi_bufs = gl.allocate_shared_memory(w1_desc.dtype, [STAGES, QBLOCK, BLOCK_K], w1_desc.layout)
-    if TAIL > 0:
-        t_bufs = gl.allocate_shared_memory(h_desc.dtype, [STAGES, TAIL, BLOCK_K], h_desc.layout)
-        t_ratios = gl.allocate_shared_memory(gl.float32, [2 * STAGES, TAIL], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    else:  # not read
-        t_bufs = a_bufs
-        t_ratios = a_bufs
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -1318,21 +1020,21 @@ def moe_persistent_gluon(
         mbarrier.init(item_free.index(i), count=2)
     epoch = gl.load(epoch_ptr) + 1  # this call's; the last program stores it (item_end == N_ITEMS)
     gl.warp_specialize([
-        (_consumer, (0, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, items, item_full, item_free,
-                     logits_ptr, x_ptr, y_ptr, table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K,
-                     K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS,
-                     COMBINE_BLOCKS, BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, TAIL)),
-        (_consumer, (1, a_bufs, lo_bufs, hi_bufs, t_bufs, t_ratios, ready, empty, items, item_full, item_free,
-                     logits_ptr, x_ptr, y_ptr, table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K,
-                     K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS,
-                     COMBINE_BLOCKS, BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START,
-                     COMBINE_START, STAGES, LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, TAIL)),
-        (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, t_bufs,
-                   t_ratios, ready, empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin,
-                   item_end, trace_ptr, H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS,
-                   COMBINE_BLOCKS, BLOCK_HC, PLAN_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                   LANDED, TRACE, FP8, GATHER_A, TAIL)),
+        (_consumer, (0, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
+                     table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
+                     BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
+        (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
+                     table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
+                     GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
+                     BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
+        (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
+                   empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
+                   H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
+                   BLOCK_HC, PLAN_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES, LANDED, TRACE,
+                   FP8, GATHER_A)),
     ], [4, 4 if GATHER_A else 1], [CONSUMER_REGS, LOADER_REGS])  # fmt: skip
     # Every partition of this program is done (warp_specialize joins them): count the program out
     sched_ptr = _buffer(table, SCHED, gl.int32)

@@ -31,7 +31,6 @@ Run as a module from the repository root for the correctness check (PASS/FAIL ta
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -48,7 +47,6 @@ from triton_raw_ext.knobs import wait_timeout_ms
 from ..common import op_registry
 from ..common.bound_launch import BoundLaunch
 from ..common.ranks import every_rank
-from ..common.tma_promotion import l2_promotion
 from .config import (
     FP8_BLOCK,
     PRECISIONS,
@@ -253,10 +251,7 @@ class MegaMoE:
         if entry is None:
             kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
             varying = [(name, key) for name, key in launch.params if key in PER_CALL_KEYS]
-            promotion = self.persistent.l2_promotion if self.persistent is not None else 128
-            with l2_promotion(promotion) if promotion != 128 else contextlib.nullcontext():
-                bound = BoundLaunch(launch.fn, launch.grid, launch.arguments(bindings), kwargs,
-                                    [n for n, _ in varying])  # fmt: skip
+            bound = BoundLaunch(launch.fn, launch.grid, launch.arguments(bindings), kwargs, [n for n, _ in varying])
             entry = self._bound[id(launch)] = (launch, bound, [key for _, key in varying])
         _, bound, keys = entry
         bound.launch(*(bindings[key] for key in keys))

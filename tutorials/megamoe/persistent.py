@@ -144,20 +144,6 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def expert_tile_rows(counts: list[int], block_m: int, tail_rows: int = 0) -> list[int]:
-    """Pairs in each M tile of a layout of experts with ``counts`` pairs, expert by expert: ``block_m`` a tile,
-    an expert's last ``tail_rows`` pairs or fewer past a full tile riding in that tile (the Gluon kernel's
-    ``PersistentConfig.tail_rows``)."""
-    rows = []
-    for count in counts:
-        full, rest = divmod(count, block_m)
-        if full and rest <= tail_rows:
-            rows += [block_m] * (full - 1) + [block_m + rest]
-        else:
-            rows += [block_m] * full + [rest] * (rest > 0)
-    return rows
-
-
 @dataclass(frozen=True)
 class Schedule:
     """The work items of one call, region by region in hand-out order, and the sizes of the kernel's

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .persistent import TRACE_FIELDS, Schedule, expert_tile_rows
+from .persistent import TRACE_FIELDS, Schedule
 from .persistent_launch import knob_overrides
 
 START, READY, END, SM = range(len(TRACE_FIELDS))
@@ -44,15 +44,14 @@ def tile_order(m_tiles: int, n_tiles: int, group_m: int, chunk: int) -> tuple[np
     return first_m + local % per_group % size, local % per_group // size + idx // max(m_tiles * chunk, 1) * chunk
 
 
-def gemm_item_rows(layout: np.ndarray, schedule: Schedule, block_m: int, group_m: int,
-                   tail_rows: int = 0) -> dict[str, np.ndarray]:  # fmt: skip
+def gemm_item_rows(layout: np.ndarray, schedule: Schedule, block_m: int, group_m: int) -> dict[str, np.ndarray]:
     """The pairs in each GEMM item's M tile, per GEMM region (``l1``, ``l2``; 0 past the call's M tiles),
     from a call's ``layout`` buffer (``persistent._layout_item``: the pairs per local expert at [1, 1 +
     ``schedule.local_experts_p2``), 0 for the padding), its experts' tiles taken BLOCK_M pairs at a time
     and the items in ``kernels._tile_of``'s order (N tiles per region: the schedule's items per M tile), L2's
     a combine chunk of N tiles at a time where the schedule has several (``schedule.combine_chunks``)."""
     counts = [int(c) for c in layout[1 : 1 + schedule.local_experts_p2]]
-    rows = np.array(expert_tile_rows(counts, block_m, tail_rows), dtype=np.int64)
+    rows = np.array([min(block_m, c - j * block_m) for c in counts for j in range(-(-c // block_m))], dtype=np.int64)
     out = {}
     for region in ("l1", "l2"):
         items = getattr(schedule, region)
@@ -96,8 +95,7 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
     ``block_m`` pairs (experts' last tiles): ``tail_items``, ``tail_mean_item_us``, ``tail_mean_wait_us``,
     ``tail_mean_rows``, of those the tiles of at most ``block_m / 2`` pairs (one consumer's rows in the Gluon
     kernel): ``half_items``, ``half_mean_item_us``, ``half_mean_rows``, the full tiles' ``full_mean_item_us`` and
-    ``full_mean_wait_us``, the tiles that carry an expert's last pairs past ``block_m`` (``tail_rows``):
-    ``merged_items``, ``merged_mean_item_us``, ``merged_mean_rows``, and ``idle_items``:
+    ``full_mean_wait_us``, and ``idle_items``:
     items taken past the call's M tiles, which only end the region. The GEMM regions also report their items
     that started once the last dispatch item had ended (``settled_items``, ``settled_mean_item_us``,
     ``settled_mean_wait_us``): the region's means mix them with the first items, which wait for dispatch.
@@ -129,7 +127,7 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
             })  # fmt: skip
         if item_rows is not None and name in item_rows:
             pairs = item_rows[name][region_ran]
-            tail, full, merged = (pairs > 0) & (pairs < block_m), pairs == block_m, pairs > block_m
+            tail, full = (pairs > 0) & (pairs < block_m), pairs >= block_m
             half = tail & (pairs <= block_m // 2)
             regions[name].update({
                 "tail_items": int(tail.sum()),
@@ -141,9 +139,6 @@ def summarize(trace: np.ndarray, schedule: Schedule, item_rows: dict[str, np.nda
                 "half_mean_rows": _mean(pairs, half),
                 "full_mean_item_us": _mean(took, full),
                 "full_mean_wait_us": _mean(waited, full),
-                "merged_items": int(merged.sum()),
-                "merged_mean_item_us": _mean(took, merged),
-                "merged_mean_rows": _mean(pairs, merged),
                 "idle_items": int((pairs == 0).sum()),
             })  # fmt: skip
     span_us = float((t_end - t0) / 1e3)
@@ -202,7 +197,7 @@ def traced_run(layer, run: Callable[[], None], items: bool = False) -> dict:
     torch.cuda.synchronize()
     pc = layer.persistent
     sch = schedule(layer.cfg, pc)
-    rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m, pc.tail_rows)
+    rows = gemm_item_rows(layer.local["layout"].cpu().numpy(), sch, pc.block_m, pc.group_m)
     trace = layer.local["trace"].cpu().numpy()
     summary = summarize(trace, sch, rows, pc.block_m)
     return {**summary, "items": item_times(trace, sch)} if items else summary
@@ -229,9 +224,6 @@ def format_summary(summary: dict) -> list[str]:
                          f"{r['idle_items']} past the call's M tiles")  # fmt: skip
             lines.append(f"    of them {r['half_items']} of at most half a tile ({r['half_mean_rows']:.1f} pairs on "
                          f"average): {r['half_mean_item_us']:.2f} us each")  # fmt: skip
-            if r["merged_items"]:
-                lines.append(f"  {r['merged_items']} on full tiles that carry their expert's last pairs "
-                             f"({r['merged_mean_rows']:.1f} pairs on average): {r['merged_mean_item_us']:.2f} us each")
     for c in summary.get("chunks", []):
         lines.append(f"combine chunk {c['chunk']}: its L2 tiles done at {c['l2_done_us']:.1f} us, its combine items "
                      f"from {c['combine_first_us']:.1f} to {c['combine_last_us']:.1f} us")  # fmt: skip
