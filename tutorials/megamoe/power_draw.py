@@ -1,14 +1,15 @@
 """One MegaMoE call replayed for seconds as a CUDA graph while nvidia-smi samples the GPU's SM clock and power.
 
 A benchmark's median says how long a call takes, not what held it there. This replays the persistent
-layer's call (the default kernel, at fp8 its Triton twin too) and the dense cuBLAS GEMMs of the same FLOPs,
-each for ``--seconds`` back to back, and samples ``nvidia-smi`` every 50 ms meanwhile: the SM clock, the
-power drawn against the board's limit and the reasons the driver gives for holding the clock down
-(``clocks_event_reasons.active``). A kernel held at the power limit (reason ``sw_power_cap``) runs at
-whatever clock its energy per cycle allows: it gets faster by spending less energy per call, not by
-leaving the tensor cores idle less often::
+layer's call (the default kernel, at fp8 its Triton twin too, each ``--variant`` as in ``benchmark``) and the
+dense cuBLAS GEMMs of the same FLOPs, each for ``--seconds`` back to back, and samples ``nvidia-smi`` every
+50 ms meanwhile: the SM clock, the power drawn against the board's limit and the reasons the driver gives for
+holding the clock down (``clocks_event_reasons.active``). A kernel held at the power limit (reason
+``sw_power_cap``) runs at whatever clock its energy per cycle allows: it gets faster by spending less energy
+per call, not by leaving the tensor cores idle less often::
 
-    python -m tutorials.megamoe.power_draw [--precision fp8] [--routing skewed] [--seconds 3] --json $OUT/power.json
+    python -m tutorials.megamoe.power_draw [--precision fp8] [--routing skewed] [--seconds 3] \
+        [--variant LABEL:NAME=VALUE,...] --json $OUT/power.json
 
 Needs a GPU, nvidia-smi on PATH and the plugin's clang (the persistent kernel's waits are raw CUDA).
 """
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from triton_raw_ext import runtime as rt
 
     from ..common.run_metadata import run_metadata
-    from .benchmark import _graph
+    from .benchmark import _graph, variants
     from .config import MoEConfig
     from .gemm_baselines import dense_gemms
     from .megamoe import TIMED_ROUTINGS, MegaMoE, make_inputs, make_weights
@@ -104,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", type=int, nargs=5, default=[4096, 1536, 16, 8, 512],
                         metavar=("H", "I", "E", "K", "T"))  # fmt: skip
     parser.add_argument("--seconds", type=float, default=3.0, help="replay time per row")
+    parser.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
+                        help="also replay a persistent layer with these PersistentConfig fields")  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    extra = variants(args.variant, ["persistent"])
     if shutil.which("nvidia-smi") is None:
         raise SystemExit("power_draw samples the GPU with nvidia-smi: put it on PATH (it comes with the driver)")
     h, i, e, k, t = args.shape
@@ -122,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     knob_sets = {"persistent": {}}
     if persistent_config(cfg, {}).gluon:  # the Gluon kernel's Triton twin, side by side
         knob_sets["persistent_triton"] = {"gluon": False}
+    knob_sets.update(extra)
     rows = {}
     for name, knobs in knob_sets.items():
         layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent",
