@@ -332,29 +332,6 @@ def test_gluon_scaled_tiles_without_scales_run_the_bf16_k_loop(tmp_path):
     assert sorted(set(waits)) == ["0", "2"] and waits.count("2") == 3 * waits.count("0"), waits
 
 
-def test_gluon_persistent_kernel_splits_l2_tiles_by_columns(tmp_path):
-    """With ``l2_cols`` each consumer of the Gluon fp8 kernel runs an L2 tile's 128-column block for all 128 rows
-    (two m64n128k32 wgmmas a K step from one weight block), promoted per K block: compiled for sm_90, no wgmma
-    serialized, the K loops reloading at most the shared memory base, shared memory as the default's."""
-    import dataclasses
-
-    from conftest import ptxas_report, sass
-
-    from tutorials.megamoe.persistent_launch import choose_persistent, persistent_launch
-
-    ((cfg, default),) = [(c, launch) for c, launch in aot.all_launches() if launch.name == "moe_persistent_gluon"]
-    pc = dataclasses.replace(choose_persistent(cfg), l2_cols=True)
-    launch = persistent_launch(cfg, pc, aot.PERSISTENT_PROGRAMS)
-    compiled = triton.compile(aot.ast_source(launch, cfg, pc), target=GPUTarget("cuda", 90, 32),
-                              options=aot.options_for(default.name))  # fmt: skip
-    ptx = compiled.asm["ptx"]
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
-    assert "setmaxnreg.inc.sync.aligned.u32 \t248" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx
-    assert compiled.metadata.shared <= SHARED_LIMIT
-    assert not re.search(r"\(C75\d\d\)", ptxas_report(ptx, tmp_path))
-    _assert_k_loops_reload_only_the_shared_memory_base(sass(compiled.asm["cubin"], tmp_path))
-
-
 def _assert_k_loops_reload_only_the_shared_memory_base(code: str) -> None:
     """In the SASS ``code`` of a Gluon persistent kernel, the wgmma loops reload at most the shared memory base
     from the stack (an LDL of a word at [R1 + offset], kept there across the partitions' register

@@ -306,21 +306,6 @@ def test_knobs_that_cannot_run_are_refused_naming_the_knob():
     assert persistent_launch(PRODUCTION, with_tma_a, 132).constexprs["TMA_A"] is True  # half tiles gather
 
 
-def test_l2_cols_knob_runs_in_the_gluon_fp8_kernel_and_is_refused_elsewhere():
-    """``l2_cols`` reaches the Gluon fp8 kernel as L2_COLS; with sums kept in the tensor cores (``fast_accum``),
-    bf16 or the Triton kernel it is refused, naming the knobs to set."""
-    fp8 = dataclasses.replace(PRODUCTION, precision="fp8")
-    pc = choose_persistent(fp8)
-    assert not pc.l2_cols and persistent_launch(fp8, pc, 132).constexprs["L2_COLS"] is False
-    assert persistent_launch(fp8, dataclasses.replace(pc, l2_cols=True), 132).constexprs["L2_COLS"] is True
-    refused = [(fp8, dataclasses.replace(pc, fast_accum=True), "fast_accum=True"),
-               (fp8, choose_persistent(fp8, gluon=False), "gluon=False"),
-               (PRODUCTION, choose_persistent(PRODUCTION), "got bf16")]  # fmt: skip
-    for cfg, knobs, cause in refused:
-        with pytest.raises(ValueError, match=f"l2_cols needs the Gluon kernel in fp8 .*{cause}.*set l2_cols=0"):
-            persistent_launch(cfg, dataclasses.replace(knobs, l2_cols=True), 132)
-
-
 def test_default_knobs():
     big = choose_persistent(PRODUCTION, gluon=False)
     assert (big.block_m, big.block_n1, big.block_n2, big.block_k, big.num_warps) == (128, 128, 256, 64, 8)

@@ -114,18 +114,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from triton_raw_ext import dialect
 
-from .gluon_scaled_tiles import (
-    CONSUMER_ROWS,
-    _fill,
-    _k_loop,
-    _k_loop_bf16,
-    _row_scales,
-    _tma_load,
-    _tma_store,
-    _wait_stage,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from .gluon_scaled_tiles import CONSUMER_ROWS, _fill, _k_loop, _k_loop_bf16, _tma_load, _tma_store
 from .kernels import DEVICE_FILE, _chunked_tile_of, _tile_of
 from .persistent import (
     COMB_DONE,
@@ -871,39 +860,6 @@ def _y_out(lo, hi, y_pair, offs_m, row_end, col0, H: gl.constexpr):
 
 
 @gluon.jit
-def _k_loop_cols(a_bufs, b_bufs, ready, empty, a_top, a_bottom, ok_top, ok_bottom, b_row, KB, step,
-                 STAGES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
-    """The block-scaled fp8 K loop of one 128-column block of a tile (``b_bufs``: the stages' lo or hi weight
-    blocks, their scales at ``b_row``) for all 128 rows of the stages' A buffers, as two 64-row sums promoted per
-    K block (:func:`gluon_scaled_tiles._k_loop_promoted`'s arithmetic): (top, bottom, next step). ``a_top`` /
-    ``a_bottom``: the rows' A scales (``ok_*``: the rows that have them). Each K block reads the stage's A rows
-    and one weight block, 32 KB of shared memory where a consumer of 64 rows and both blocks reads 40."""
-    HALF: gl.constexpr = b_bufs.shape[1]
-    top = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    bottom = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    part = gl.zeros([CONSUMER_ROWS, HALF], gl.float32, layout=mma)
-    t_s, b_s, _ = _row_scales(a_top, ok_top, b_row, b_row, 0, KB)
-    u_s = gl.load(a_bottom, mask=ok_bottom, other=1.0)
-    for kb in range(KB):
-        t_n, b_n, _ = _row_scales(a_top, ok_top, b_row, b_row, kb + 1, KB)
-        u_n = gl.load(a_bottom + kb + 1, mask=ok_bottom & (kb + 1 < KB), other=1.0)
-        s = step % STAGES
-        _wait_stage(ready, step, STAGES, False)
-        b = b_bufs.index(s).permute((1, 0))
-        part = warpgroup_mma(a_bufs.index(s).slice(0, CONSUMER_ROWS), b, part, use_acc=False, is_async=True)
-        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-        top += part * gl.expand_dims(t_s * b_s, 1)
-        part = warpgroup_mma(a_bufs.index(s).slice(CONSUMER_ROWS, CONSUMER_ROWS), b, part, use_acc=False,
-                             is_async=True)  # fmt: skip
-        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-        mbarrier.arrive(empty.index(s), count=1)
-        bottom += part * gl.expand_dims(u_s * b_s, 1)
-        t_s, u_s, b_s = t_n, u_n, b_n
-        step += 1
-    return top, bottom, step
-
-
-@gluon.jit
 def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
     """Release the KB stages from ``step`` on as they land, unread; returns the next step."""
     for _ in range(KB):
@@ -918,7 +874,7 @@ def _pass_stages(ready, empty, KB, step, STAGES: gl.constexpr):
 def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.constexpr, INTER: gl.constexpr,
                M_TILES: gl.constexpr, L2_START: gl.constexpr, BLOCK_HC: gl.constexpr, ROW0: gl.constexpr,
                STAGES: gl.constexpr, LANDED: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr,
-               GATHER_A: gl.constexpr, L2_COLS: gl.constexpr):  # fmt: skip
+               GATHER_A: gl.constexpr):  # fmt: skip
     """Rows [ROW0, ROW0 + 64) of the GEMM item of ring slot ``slot`` from the stages (``step`` on; returns the
     next step): L1, SwiGLU and h (fp8: quantized), counted in its M tile's L1 count; L2 into y_pair, counted
     in its combine chunk's L2 count. An expert's last tile of at most 64 rows is the first consumer's alone.
@@ -944,11 +900,7 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
     mbarrier.wait(ready.index(step % STAGES), (step // STAGES) & 1)
     offs_m = row0 + ROW0 + gl.arange(0, CONSUMER_ROWS, layout=gl.SliceLayout(1, mma))
     row_ok = offs_m < row_end
-    if L2_COLS and FP8:
-        mine = (row_end - row0 > ROW0) | is_l2  # L2: each consumer one column block of every row
-    else:
-        mine = row_end - row0 > ROW0
-    if not mine:  # none of this consumer's rows: the other's wgmmas get the tensor cores alone
+    if row_end - row0 <= ROW0:  # none of this consumer's rows: the other's wgmmas get the tensor cores alone
         step = _pass_stages(ready, empty, gl.where(is_l2, KB2, KB1), step, STAGES)
     elif not FP8:
         lo, hi, step = _k_loop_bf16(a_bufs, lo_bufs, hi_bufs, ready, empty, gl.where(is_l2, KB2, KB1), step, ROW0,
@@ -957,25 +909,6 @@ def _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H: gl.
             _y_out(lo, hi, _buffer(table, Y_PAIR, gl.bfloat16), offs_m, row_end, pid_n * 2 * QBLOCK, H)
         else:
             _h_out_bf16(lo, hi, _buffer(table, H_BUF, gl.bfloat16), offs_m, row_end, pid_n, INTER)
-    elif is_l2 and L2_COLS:
-        top_rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=gl.SliceLayout(1, mma))
-        bottom_rows = top_rows + CONSUMER_ROWS
-        hs_ptr = _buffer(table, H_SCALE, gl.float32)
-        col_block = (expert * N2 + pid_n) * 2 + ROW0 // CONSUMER_ROWS  # this consumer's 128 output columns
-        if ROW0 == 0:
-            top, bottom, step = _k_loop_cols(a_bufs, lo_bufs, ready, empty, hs_ptr + top_rows.to(gl.int64) * KB2,
-                                             hs_ptr + bottom_rows.to(gl.int64) * KB2, top_rows < row_end,
-                                             bottom_rows < row_end, _buffer(table, W2S, gl.float32) + col_block * KB2,
-                                             KB2, step, STAGES, mma)  # fmt: skip
-        else:
-            top, bottom, step = _k_loop_cols(a_bufs, hi_bufs, ready, empty, hs_ptr + top_rows.to(gl.int64) * KB2,
-                                             hs_ptr + bottom_rows.to(gl.int64) * KB2, top_rows < row_end,
-                                             bottom_rows < row_end, _buffer(table, W2S, gl.float32) + col_block * KB2,
-                                             KB2, step, STAGES, mma)  # fmt: skip
-        col0 = pid_n * 2 * QBLOCK + ROW0 // CONSUMER_ROWS * QBLOCK
-        y_pair = _buffer(table, Y_PAIR, gl.bfloat16)
-        _block_out(top.to(gl.bfloat16), y_pair, top_rows, row_end, col0, H)
-        _block_out(bottom.to(gl.bfloat16), y_pair, bottom_rows, row_end, col0, H)
     elif is_l2:
         hs_ptr = _buffer(table, H_SCALE, gl.float32)
         lo_row = _buffer(table, W2S, gl.float32) + (expert * N2 + pid_n) * 2 * KB2  # the two weight blocks' scales
@@ -1007,8 +940,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
               COMBINE_BLOCKS: gl.constexpr, BLOCK_HC: gl.constexpr, PLAN_START: gl.constexpr,
               LAYOUT_START: gl.constexpr, DISPATCH_START: gl.constexpr, L1_START: gl.constexpr,
               L2_START: gl.constexpr, COMBINE_START: gl.constexpr, STAGES: gl.constexpr, LANDED: gl.constexpr,
-              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
-              L2_COLS: gl.constexpr):  # fmt: skip
+              TRACE: gl.constexpr, FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr):  # fmt: skip
     """Consumer ``part`` (0 or 1): its half of each GEMM, route and combine item the loader hands this program, in
     that order; the plan item in the first consumer alone; the stage of a dispatch item (the loader's) handed
     back (TRACE, the first consumer: when it took each item but a dispatch item, when it finished it and its
@@ -1033,8 +965,7 @@ def _consumer(part: gl.constexpr, a_bufs, lo_bufs, hi_bufs, ready, empty, items,
             step = _pass_stages(ready, empty, _word(slot, SLOT_PID_M), step, STAGES)
         elif item < COMBINE_START:
             step = _gemm_part(slot, step, a_bufs, lo_bufs, hi_bufs, ready, empty, table, H, INTER, M_TILES, L2_START,
-                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM, GATHER_A,
-                              L2_COLS)  # fmt: skip
+                              BLOCK_HC, part * CONSUMER_ROWS, STAGES, LANDED, FP8, FAST_ACCUM, GATHER_A)  # fmt: skip
         else:
             step = _combine_item(part, item - COMBINE_START, _word(slot, SLOT_PID_M), step, a_bufs, ready, empty,
                                  table, y_ptr, H, K, K_P2, COMBINE_ROWS, COMBINE_BLOCKS, BLOCK_HC, STAGES)  # fmt: skip
@@ -1056,7 +987,7 @@ def moe_persistent_gluon(
     DISPATCH_START: gl.constexpr, L1_START: gl.constexpr, L2_START: gl.constexpr, COMBINE_START: gl.constexpr,
     N_ITEMS: gl.constexpr, SCHED_WORDS: gl.constexpr, SCHED_P2: gl.constexpr, LANDED: gl.constexpr,
     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, TRACE: gl.constexpr,
-    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr, L2_COLS: gl.constexpr,
+    FP8: gl.constexpr, FAST_ACCUM: gl.constexpr, GATHER_A: gl.constexpr,
 ):  # fmt: skip
     """One call of the layer at world 1 on this rank (FP8: fp8, else bf16): items [item_begin, item_end) of the
     persistent schedule (``persistent.Schedule``; the whole call unless a tool reruns a region), each program
@@ -1093,12 +1024,12 @@ def moe_persistent_gluon(
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, L2_COLS)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_consumer, (1, a_bufs, lo_bufs, hi_bufs, ready, empty, items, item_full, item_free, logits_ptr, x_ptr, y_ptr,
                      table, T, me, epoch, wait_ms, item_end, trace_ptr, H, INTER, E, E_P2, K, K_P2, E_LOC, EL_P2,
                      GROUP_M, M_TILES, ROUTE_TOKENS, ROUTE_COLS, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,
                      BLOCK_HC, PLAN_START, LAYOUT_START, DISPATCH_START, L1_START, L2_START, COMBINE_START, STAGES,
-                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A, L2_COLS)),
+                     LANDED, TRACE, FP8, FAST_ACCUM, GATHER_A)),
         (_loader, (a_desc, h_desc, w1_desc, w2_desc, y_desc, x_desc, pair_desc, a_bufs, lo_bufs, hi_bufs, ready,
                    empty, items, item_full, item_free, x_ptr, T, table, me, wait_ms, item_begin, item_end, trace_ptr,
                    H, INTER, K, K_P2, E_LOC, EL_P2, GROUP_M, M_TILES, DISPATCH_ROWS, COMBINE_ROWS, COMBINE_BLOCKS,

@@ -53,10 +53,7 @@ class PersistentConfig:
     instead of promoting each K block's product into float32 sums (3x the error from the quantization-aware
     reference at the production load, and over the check's bound at H 7168; the Gluon kernel 1-2 % faster
     there). The Triton kernel's promoted sums fit its registers at 64-row tiles only
-    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows. ``l2_cols`` (the Gluon kernel,
-    fp8, promoted sums): each consumer takes one 128-column block of an L2 tile for all 128 rows
-    (``gluon_persistent._k_loop_cols``) instead of 64 rows of both blocks, reading 32 KB of shared memory a K
-    block instead of 40.
+    (``persistent._scaled_step``), with its sums in the tensor cores 128 rows.
     """
 
     block_m: int = 64
@@ -80,7 +77,6 @@ class PersistentConfig:
     half_tail: bool = False
     gluon: bool = False
     fast_accum: bool = False
-    l2_cols: bool = False
 
 
 def choose_persistent(cfg: MoEConfig, gluon: bool = True, fast_accum: bool = False) -> PersistentConfig:
@@ -240,11 +236,6 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
-    if pc.l2_cols and (not pc.gluon or cfg.precision != "fp8" or pc.fast_accum):
-        raise ValueError(
-            f"PersistentConfig.l2_cols needs the Gluon kernel in fp8 with promoted sums (gluon=1, fast_accum=0), got "
-            f"{cfg.precision}, gluon={pc.gluon}, fast_accum={pc.fast_accum}: set l2_cols=0"
-        )
     if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
         raise ValueError(f"PersistentConfig: programs >= 0, num_stages >= 1, group_m >= 1 (got {pc})")
 
@@ -488,7 +479,7 @@ def _gluon_launch(cfg: MoEConfig, pc: PersistentConfig, programs: int) -> Kernel
         COMBINE_BLOCKS=cdiv(cfg.max_tokens, pc.combine_rows), BLOCK_HC=gluon_combine_cols(cfg),
         **starts, SCHED_WORDS=sch.sched_words, SCHED_P2=next_pow2(sch.sched_words), LANDED=sch.landed_word,
         STAGES=pc.num_stages, CONSUMER_REGS=consumer_regs(fp8, pc.fast_accum), LOADER_REGS=GLUON_LOADER_REGS,
-        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a, L2_COLS=pc.l2_cols,
+        TRACE=pc.trace, FP8=fp8, FAST_ACCUM=pc.fast_accum, GATHER_A=not pc.tma_a
     )  # fmt: skip
     return KernelLaunch("moe_persistent_gluon" if fp8 else "moe_persistent_gluon_bf16", moe_persistent_gluon,
                         tuple(params), constexprs, grid=(programs,), num_warps=4, num_stages=1)  # fmt: skip
