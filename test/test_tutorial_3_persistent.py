@@ -790,3 +790,14 @@ def test_power_draw_without_nvidia_smi_says_what_to_install(monkeypatch):
     monkeypatch.setattr(power_draw.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match="samples the GPU with nvidia-smi: put it on PATH"):
         power_draw.main([])
+
+
+def test_power_draw_refuses_a_malformed_variant_before_it_samples():
+    """A ``--variant`` not of the form LABEL:NAME=VALUE stops ``power_draw`` before it looks for nvidia-smi or
+    starts the runtime, with benchmark's message."""
+    from tutorials.megamoe import power_draw
+
+    with pytest.raises(SystemExit, match="use LABEL:NAME=VALUE"):
+        power_draw.main(["--variant", "cols"])
+    with pytest.raises(SystemExit, match="no_such_knob"):
+        power_draw.main(["--variant", "cols:no_such_knob=1"])

@@ -6,10 +6,12 @@ dense cuBLAS GEMMs of the same FLOPs, each for ``--seconds`` back to back, and s
 50 ms meanwhile: the SM clock, the power drawn against the board's limit and the reasons the driver gives for
 holding the clock down (``clocks_event_reasons.active``). A kernel held at the power limit (reason
 ``sw_power_cap``) runs at whatever clock its energy per cycle allows: it gets faster by spending less energy
-per call, not by leaving the tensor cores idle less often::
+per call, not by leaving the tensor cores idle less often. Each row's energy per call is its time by its median
+power. ``--gemm-items`` adds the default call's L1 and L2 items replayed alone (``gemm_phase.gemm_run``), so
+that the call's energy splits into its GEMM items' and the rest's::
 
     python -m tutorials.megamoe.power_draw [--precision fp8] [--routing skewed] [--seconds 3] \
-        [--variant LABEL:NAME=VALUE,...] --json $OUT/power.json
+        [--variant LABEL:NAME=VALUE,...] [--gemm-items] --json $OUT/power.json
 
 Needs a GPU, nvidia-smi on PATH and the plugin's clang (the persistent kernel's waits are raw CUDA).
 """
@@ -24,6 +26,10 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # nvidia-smi's query fields, in the order of a sample line (``--format=csv,noheader,nounits``)
 QUERY = ("clocks.sm", "power.draw", "power.limit", "clocks_event_reasons.active")
@@ -84,7 +90,20 @@ def sustained(run: Callable[[], object], seconds: float) -> dict:
     finally:
         sampler.terminate()
     lines = sampler.communicate()[0].splitlines()
-    return {"us_per_call": us, "calls": calls, **summarize_samples(lines)}
+    summary = summarize_samples(lines)
+    return {"us_per_call": us, "calls": calls, **summary, "energy_mj": us * summary["power_w_median"] * 1e-3}
+
+
+def captured(run: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """``run`` captured as a CUDA graph, after one call outside it (which compiles what it launches)."""
+    import torch
+
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from .benchmark import _graph, variants
     from .config import MoEConfig
     from .gemm_baselines import dense_gemms
+    from .gemm_phase import gemm_run
     from .megamoe import TIMED_ROUTINGS, MegaMoE, make_inputs, make_weights
     from .persistent_launch import persistent_config
 
@@ -107,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="replay time per row")
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
                         help="also replay a persistent layer with these PersistentConfig fields")  # fmt: skip
+    parser.add_argument("--gemm-items", action="store_true",
+                        help="also replay the default call's L1 and L2 items alone")  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     extra = variants(args.variant, ["persistent"])
@@ -129,17 +151,20 @@ def main(argv: list[str] | None = None) -> int:
     knob_sets.update(extra)
     rows = {}
     for name, knobs in knob_sets.items():
-        layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent",
-                        persistent=persistent_config(cfg, knobs))  # fmt: skip
+        pc = persistent_config(cfg, knobs)
+        layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent", persistent=pc)
         y = torch.empty_like(x)
         graph = _graph(layer, x, logits, y)
         rows[f"{name}_graph"] = sustained(graph.replay, args.seconds)
+        if args.gemm_items and name == "persistent":  # on the state the replayed calls left
+            graph = captured(gemm_run(layer, pc, x, logits, y))
+            rows["persistent_gemm_items_graph"] = sustained(graph.replay, args.seconds)
         del graph
         layer.close()
     rows["dense_gemms"] = sustained(dense_gemms(t * k, h, i, args.precision, dev), args.seconds)
     for name, row in rows.items():
-        print(f"  {name:24s} {row['us_per_call']:7.1f} us  SM {row['sm_mhz_median']:.0f} MHz (min "
-              f"{row['sm_mhz_min']:.0f})  {row['power_w_median']:.0f} W of {row['power_limit_w']:.0f}  "
+        print(f"  {name:28s} {row['us_per_call']:7.1f} us  {row['energy_mj']:6.1f} mJ  SM {row['sm_mhz_median']:.0f} "
+              f"MHz (min {row['sm_mhz_min']:.0f})  {row['power_w_median']:.0f} W of {row['power_limit_w']:.0f}  "
               f"{' '.join(row['event_reasons']) or 'no clock event'}")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
