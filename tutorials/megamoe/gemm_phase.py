@@ -1,13 +1,12 @@
 """The persistent fp8 call's GEMM items alone, in Triton and in Gluon, on the state a real call leaves.
 
-A persistent call (``impl="persistent"``, world 1) routes and dispatches the production load, then this
-runs only its L1 and L2 items again (``item_begin`` = ``L1_START``, ``item_end`` = ``COMBINE_START``; the
-counters of the rows landed and of the layout restored before each launch, since the kernel's last program
-zeroes them), twice: with the Triton kernel and with the Gluon one (``gluon_persistent``, the ``gluon``
-knob, with ``fast_accum``: the Triton kernel's sums in the tensor cores, not promoted per K block). It
-checks that both write the same h, h scales and y_pair for every pair (poisoned before each),
-then times each as a CUDA graph (including its few-word counter copy) beside the whole call, Triton's and
-Gluon's::
+A persistent call (``impl="persistent"``, world 1) routes and dispatches the production load, then this runs
+only its L1 and L2 items again (``item_begin`` = ``L1_START``, ``item_end`` = ``COMBINE_START``; the counters
+of the rows landed, of the layout and of the route items restored before each launch, since the kernel's last
+program zeroes them), twice: with the Triton kernel and with the Gluon one (``gluon_persistent``, the
+``gluon`` knob, with ``fast_accum``: the Triton kernel's sums in the tensor cores, not promoted per K block).
+It checks that both write the same h, h scales and y_pair for every pair (poisoned before each), then times
+each as a CUDA graph (including its few-word counter copy) beside the whole call, Triton's and Gluon's::
 
     python -m tutorials.megamoe.gemm_phase [--routing skewed] [--stages 3] [--trace] --json $OUT/gemm_phase.json
 
@@ -36,11 +35,12 @@ def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, blo
 
 def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
              whole: bool = False) -> Callable[[], None]:  # fmt: skip
-    """A callable that runs the L1 and L2 items (L1_START .. COMBINE_START) of the call ``layer`` last ran,
-    on its buffers, with the persistent kernel of knobs ``pc`` (``pc.gluon``: the Gluon kernel): the
-    layout-done and rows-landed counters set first (the kernel's last program zeroes them), so that every
+    """A callable that runs the L1 and L2 items (L1_START .. COMBINE_START) of the call ``layer`` last ran, on
+    its buffers, with the persistent kernel of knobs ``pc`` (``pc.gluon``: the Gluon kernel): the layout-done,
+    rows-landed and (Gluon) route-done counters set first (the kernel's last program zeroes them), so that every
     item finds what the call's earlier items left. ``whole``: every item of a call instead (nothing set)."""
     from . import persistent as p
+    from .gluon_persistent import PARTS
     from .persistent_launch import call_extras, persistent_launch, schedule
 
     cfg = layer.cfg
@@ -50,6 +50,8 @@ def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
     landed = landed_counts(layer.local["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m)
     restore = torch.zeros_like(layer.local["sched"])
     restore[p.LAYOUT_DONE.value] = 1
+    if pc.gluon:  # the loader's first gather of x_sym's rows waits for both parts of every route item
+        restore[p.ROUTE_DONE.value] = PARTS.value * starts["PLAN_START"]
     restore[sch.landed_word : sch.landed_word + landed.numel()] = landed
     programs = torch.cuda.get_device_properties(x.device).multi_processor_count
     launch = persistent_launch(cfg, pc, programs)
