@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("gemm_phase runs at world 1 (one process)")
     dev = torch.device("cuda", torch.cuda.current_device())
     w1, w2 = make_weights(h, i, e, 5, dev)
-    x, logits = make_inputs(t, h, e, args.routing == "skewed", 100, dev)
+    x, logits = make_inputs(t, h, e, args.routing, 100, dev, top_k=k)
     layer = MegaMoE(h, i, e, k, t, w1, w2, precision="fp8", impl="persistent", persistent=pc)
     y = torch.empty_like(x)
     layer(x, logits, out=y)

@@ -1,14 +1,14 @@
 """One MegaMoE call replayed for seconds as a CUDA graph while nvidia-smi samples the GPU's SM clock and power.
 
-A benchmark's median says how long a call takes, not what held it there. This replays the persistent
-layer's call (the default kernel, at fp8 its Triton twin too, each ``--variant`` as in ``benchmark``) and the
-dense cuBLAS GEMMs of the same FLOPs, each for ``--seconds`` back to back, and samples ``nvidia-smi`` every
-50 ms meanwhile: the SM clock, the power drawn against the board's limit and the reasons the driver gives for
-holding the clock down (``clocks_event_reasons.active``). A kernel held at the power limit (reason
-``sw_power_cap``) runs at whatever clock its energy per cycle allows: it gets faster by spending less energy
-per call, not by leaving the tensor cores idle less often. Each row's energy per call is its time by its median
-power. ``--gemm-items`` adds the default call's L1 and L2 items replayed alone (``gemm_phase.gemm_run``), so
-that the call's energy splits into its GEMM items' and the rest's::
+A benchmark's median says how long a call takes, not what held it there. This replays the persistent layer's
+call (the default kernel, at fp8 its Triton twin too, each ``--variant`` as in ``benchmark``) and the dense
+cuBLAS GEMMs of the same FLOPs (fp8: also block-scaled), each for ``--seconds`` back to back, and samples
+``nvidia-smi`` every 50 ms meanwhile: the SM clock, the power drawn against the board's limit and the reasons
+the driver gives for holding the clock down (``clocks_event_reasons.active``). A kernel held at the power limit
+(reason ``sw_power_cap``) runs at whatever clock its energy per cycle allows: it gets faster by spending less
+energy per call, not by leaving the tensor cores idle less often. Each row's energy per call is its time by its
+median power. ``--gemm-items`` adds the default call's L1 and L2 items replayed alone (``gemm_phase.gemm_run``),
+so that the call's energy splits into its GEMM items' and the rest's::
 
     python -m tutorials.megamoe.power_draw [--precision fp8] [--routing skewed] [--seconds 3] \
         [--variant LABEL:NAME=VALUE,...] [--gemm-items] --json $OUT/power.json
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..common.run_metadata import run_metadata
     from .benchmark import _graph, variants
     from .config import MoEConfig
-    from .gemm_baselines import dense_gemms
+    from .gemm_baselines import dense_block_scaled_gemms, dense_gemms
     from .gemm_phase import gemm_run
     from .megamoe import TIMED_ROUTINGS, MegaMoE, make_inputs, make_weights
     from .persistent_launch import persistent_config
@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         del graph
         layer.close()
     rows["dense_gemms"] = sustained(dense_gemms(t * k, h, i, args.precision, dev), args.seconds)
+    if args.precision == "fp8":  # the GEMMs' floor with the call's block scales
+        rows["dense_gemms_block_scaled"] = sustained(dense_block_scaled_gemms(t * k, h, i, dev), args.seconds)
     for name, row in rows.items():
         print(f"  {name:28s} {row['us_per_call']:7.1f} us  {row['energy_mj']:6.1f} mJ  SM {row['sm_mhz_median']:.0f} "
               f"MHz (min {row['sm_mhz_min']:.0f})  {row['power_w_median']:.0f} W of {row['power_limit_w']:.0f}  "
