@@ -117,16 +117,17 @@ WORLD1_RATIO_GOAL = 1.15
 WARMUP_CALLS = 3  # world > 1: untimed calls of each row first (compiles, NCCL communicators)
 
 
-def _graph(layer: MegaMoE, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> torch.cuda.CUDAGraph:
-    """One call of ``layer`` captured as a CUDA graph (warmed up on the capture stream first)."""
+def captured(run: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """One call of ``run`` (a layer's call, or items of one) captured as a CUDA graph, after one call on a side
+    stream (which compiles what it launches)."""
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        layer(x, logits, out=y)
+        run()
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
-        layer(x, logits, out=y)
+        run()
     return graph
 
 
@@ -341,7 +342,7 @@ def _bench_routing(
             bindings = each._bindings(x, logits, y)
             for phase, kernels in {**PHASES, **(SINGLE_KERNELS if world == 1 else {})}.items():
                 timed[phase] = lambda kernels=kernels, b=bindings, each=each: each.run(b, t, only=kernels)
-        graphs.append(_graph(each, x, logits, y))
+        graphs.append(captured(lambda each=each, y=y: each(x, logits, out=y)))
         timed[f"{prefix}_graph"] = graphs[-1].replay
         if name == "fused_gemms":
             fused = each._bindings(x, logits, y)

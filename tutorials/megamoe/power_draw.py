@@ -26,10 +26,6 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
 
 # nvidia-smi's query fields, in the order of a sample line (``--format=csv,noheader,nounits``)
 QUERY = ("clocks.sm", "power.draw", "power.limit", "clocks_event_reasons.active")
@@ -94,25 +90,13 @@ def sustained(run: Callable[[], object], seconds: float) -> dict:
     return {"us_per_call": us, "calls": calls, **summary, "energy_mj": us * summary["power_w_median"] * 1e-3}
 
 
-def captured(run: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    """``run`` captured as a CUDA graph, after one call outside it (which compiles what it launches)."""
-    import torch
-
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph
-
-
 def main(argv: list[str] | None = None) -> int:
     import torch
 
     from triton_raw_ext import runtime as rt
 
     from ..common.run_metadata import run_metadata
-    from .benchmark import _graph, variants
+    from .benchmark import captured, variants
     from .config import MoEConfig
     from .gemm_baselines import dense_block_scaled_gemms, dense_gemms
     from .gemm_phase import gemm_run
@@ -154,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         pc = persistent_config(cfg, knobs)
         layer = MegaMoE(h, i, e, k, t, w1, w2, precision=args.precision, impl="persistent", persistent=pc)
         y = torch.empty_like(x)
-        graph = _graph(layer, x, logits, y)
+        graph = captured(lambda layer=layer, y=y: layer(x, logits, out=y))
         rows[f"{name}_graph"] = sustained(graph.replay, args.seconds)
         if args.gemm_items and name == "persistent":  # on the state the replayed calls left
             graph = captured(gemm_run(layer, pc, x, logits, y))
