@@ -476,6 +476,21 @@ def test_gemm_phase_counts_the_rows_of_each_m_tile():
     assert landed_counts(layout, 4, 7, 128).tolist() == [128, 128, 44, 128, 1, 0, 0]
 
 
+
+def test_gemm_run_refuses_an_unknown_region_and_one_region_of_the_triton_kernel():
+    """``gemm_phase.gemm_run`` names its regions for a region it does not have, and refuses L1 or L2 alone for
+    the Triton kernel (whose L1 counts it does not restore), before it touches the layer."""
+    from tutorials.megamoe.config import MoEConfig
+    from tutorials.megamoe.gemm_phase import gemm_run
+    from tutorials.megamoe.persistent_launch import choose_persistent
+
+    cfg = MoEConfig(4096, 1536, 16, 8, 512, 1, "fp8")
+    with pytest.raises(ValueError, match="region 'l3' is not one of .*'gemm', 'l1', 'l2', 'call'"):
+        gemm_run(None, choose_persistent(cfg), None, None, None, "l3")
+    for region in ("l1", "l2"):
+        with pytest.raises(ValueError, match=f"region '{region}' needs the Gluon kernel's L1 counts .gluon=1."):
+            gemm_run(None, choose_persistent(cfg, gluon=False), None, None, None, region)
+
 @pytest.mark.parametrize(("knob", "cause"), [("gluon", "use NAME=VALUE"), ("block_mm=128", "use NAME=VALUE")])
 def test_check_refuses_a_knob_it_cannot_set_before_starting(knob, cause):
     """``megamoe --knob`` names the rule and the fields before the runtime starts (no PE is started for a typo)."""

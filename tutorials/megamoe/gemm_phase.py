@@ -33,16 +33,25 @@ def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, blo
     return torch.tensor(rows + [0] * (m_tiles - len(rows)), dtype=torch.int32, device=layout.device)
 
 
+REGIONS = ("gemm", "l1", "l2", "call")
+
+
 def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
-             whole: bool = False) -> Callable[[], None]:  # fmt: skip
-    """A callable that runs the L1 and L2 items (L1_START .. COMBINE_START) of the call ``layer`` last ran, on
-    its buffers, with the persistent kernel of knobs ``pc`` (``pc.gluon``: the Gluon kernel): the layout-done,
-    rows-landed and (Gluon) route-done counters set first (the kernel's last program zeroes them), so that every
-    item finds what the call's earlier items left. ``whole``: every item of a call instead (nothing set)."""
+             region: str = "gemm") -> Callable[[], None]:  # fmt: skip
+    """A callable that runs items of the call ``layer`` last ran, on its buffers, with the persistent kernel of
+    knobs ``pc`` (``pc.gluon``: the Gluon kernel). ``region``: "gemm" the L1 and L2 items (L1_START ..
+    COMBINE_START), "l1" or "l2" one of the two (the Gluon kernel only), "call" every item of a call. Before a
+    region's launch the counters its items wait for are set as the call's earlier items leave them (the
+    kernel's last program zeroes them): the layout done, each M tile's rows landed, the Gluon route items'
+    count (its loader's first gather of x_sym waits for it) and, for "l2", each M tile's L1 items done."""
     from . import persistent as p
     from .gluon_persistent import PARTS
     from .persistent_launch import call_extras, persistent_launch, schedule
 
+    if region not in REGIONS:
+        raise ValueError(f"gemm_run: region {region!r} is not one of {REGIONS}")
+    if region in ("l1", "l2") and not pc.gluon:
+        raise ValueError(f"gemm_run: region {region!r} needs the Gluon kernel's L1 counts (gluon=1)")
     cfg = layer.cfg
     sch = schedule(cfg, pc)
     starts = sch.starts()
@@ -50,19 +59,25 @@ def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
     landed = landed_counts(layer.local["layout"], sch.local_experts_p2, sch.m_tiles, pc.block_m)
     restore = torch.zeros_like(layer.local["sched"])
     restore[p.LAYOUT_DONE.value] = 1
-    if pc.gluon:  # the loader's first gather of x_sym's rows waits for both parts of every route item
+    if pc.gluon:
         restore[p.ROUTE_DONE.value] = PARTS.value * starts["PLAN_START"]
     restore[sch.landed_word : sch.landed_word + landed.numel()] = landed
+    if region == "l2":  # each of the call's M tiles: both consumers of each of its L1 items
+        l1_items = PARTS.value * (cfg.intermediate // p.QBLOCK.value)
+        done = sch.landed_word + sch.m_tiles
+        restore[done : done + landed.numel()] = torch.where(landed > 0, l1_items, 0)
     programs = torch.cuda.get_device_properties(x.device).multi_processor_count
     launch = persistent_launch(cfg, pc, programs)
-    items = (0, starts["N_ITEMS"]) if whole else (starts["L1_START"], starts["COMBINE_START"])
-    bindings = ChainMap(dict(zip(("item_begin", "item_end"), items, strict=True)), call_extras(cfg, pc, buffers),
+    items = {"gemm": ("L1_START", "COMBINE_START"), "l1": ("L1_START", "L2_START"),
+             "l2": ("L2_START", "COMBINE_START")}  # fmt: skip
+    bounds = (0, starts["N_ITEMS"]) if region == "call" else tuple(starts[name] for name in items[region])
+    bindings = ChainMap(dict(zip(("item_begin", "item_end"), bounds, strict=True)), call_extras(cfg, pc, buffers),
                         layer._bindings(x, logits, y))  # fmt: skip
     args = launch.arguments(bindings)
     kwargs = {**launch.constexprs, "num_warps": launch.num_warps, "num_stages": launch.num_stages}
 
     def run() -> None:
-        if not whole:
+        if region != "call":
             layer.local["sched"].copy_(restore)
         launch.fn[launch.grid](*args, **kwargs)
 
@@ -145,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     times = {name: triton.testing.do_bench_cudagraph(run, rep=200) * 1e3
              for name, run in (("triton_us", triton_run), ("gluon_us", gluon_run))}  # fmt: skip
     times["call_us"] = triton.testing.do_bench_cudagraph(lambda: layer(x, logits, out=y), rep=200) * 1e3
-    gluon_call = gemm_run(layer, gluon_pc, x, logits, y, whole=True)
+    gluon_call = gemm_run(layer, gluon_pc, x, logits, y, region="call")
     times["gluon_call_us"] = triton.testing.do_bench_cudagraph(gluon_call, rep=200) * 1e3
     print(f"{args.routing}: {pairs} pairs; Gluon against Triton: h bytes equal {check['h_bytes_equal']:.4f}, h "
           f"scales max rel {check['h_scale_max_rel']:.1e}, y_pair rel err {check['y_pair_rel_err']:.1e}"

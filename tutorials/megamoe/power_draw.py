@@ -8,7 +8,8 @@ the driver gives for holding the clock down (``clocks_event_reasons.active``). A
 (reason ``sw_power_cap``) runs at whatever clock its energy per cycle allows: it gets faster by spending less
 energy per call, not by leaving the tensor cores idle less often. Each row's energy per call is its time by its
 median power. ``--gemm-items`` adds the default call's L1 and L2 items replayed alone (``gemm_phase.gemm_run``),
-so that the call's energy splits into its GEMM items' and the rest's::
+and with the Gluon kernel each of the two alone, so that the call's energy splits into its GEMM items' and
+the rest's::
 
     python -m tutorials.megamoe.power_draw [--precision fp8] [--routing skewed] [--seconds 3] \
         [--variant LABEL:NAME=VALUE,...] [--gemm-items] --json $OUT/power.json
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
                         help="also replay a persistent layer with these PersistentConfig fields")  # fmt: skip
     parser.add_argument("--gemm-items", action="store_true",
-                        help="also replay the default call's L1 and L2 items alone")  # fmt: skip
+                        help="also replay the default call's L1 and L2 items alone, and each alone")  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     extra = variants(args.variant, ["persistent"])
@@ -141,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         graph = captured(lambda layer=layer, y=y: layer(x, logits, out=y))
         rows[f"{name}_graph"] = sustained(graph.replay, args.seconds)
         if args.gemm_items and name == "persistent":  # on the state the replayed calls left
-            graph = captured(gemm_run(layer, pc, x, logits, y))
-            rows["persistent_gemm_items_graph"] = sustained(graph.replay, args.seconds)
+            for region in ("gemm", "l1", "l2") if pc.gluon else ("gemm",):
+                graph = captured(gemm_run(layer, pc, x, logits, y, region))
+                rows[f"persistent_{region}_items_graph"] = sustained(graph.replay, args.seconds)
         del graph
         layer.close()
     rows["dense_gemms"] = sustained(dense_gemms(t * k, h, i, args.precision, dev), args.seconds)
