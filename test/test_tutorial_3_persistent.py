@@ -801,3 +801,59 @@ def test_power_draw_refuses_a_malformed_variant_before_it_samples():
         power_draw.main(["--variant", "cols"])
     with pytest.raises(SystemExit, match="no_such_knob"):
         power_draw.main(["--variant", "cols:no_such_knob=1"])
+
+
+def test_counters_keep_the_metrics_ncu_knows_and_every_tensor_ops_base():
+    """``counters.known_metrics`` keeps the wanted metrics whose base ``ncu --query-metrics`` lists, in the wanted
+    order, and adds each listed dense tensor-ops base of fp8 or bf16 sources as a sum."""
+    from tutorials.megamoe.counters import known_metrics
+
+    listing = "\n".join([
+        "dram__bytes_read                      Counter   # of bytes read from DRAM",
+        "gpu__time_duration                    Counter   total duration in nanoseconds",
+        "sm__ops_path_tensor_src_fp8           Counter   # of math ops executed in Tensor path with source FP8",
+        "sm__ops_path_tensor_src_fp8_sparsity_on  Counter  # of math ops ... sparsity on",
+        "sm__ops_path_tensor_src_fp16_dst_fp32 Counter   # of math ops ... FP16",
+        "", "lts__t_sector_hit_rate                Ratio     hit rate",
+    ])  # fmt: skip
+    assert known_metrics(listing) == ["gpu__time_duration.sum", "dram__bytes_read.sum", "lts__t_sector_hit_rate.pct",
+                                      "sm__ops_path_tensor_src_fp8.sum"]  # fmt: skip
+
+
+def test_counters_split_ncus_report_at_the_markers_and_sum_each_row():
+    """``counters.parse_report`` gives each label the kernels after its marker (ncu's unquoted notes and the
+    kernels before the first marker left out) with numbers parsed, and refuses a report whose markers do not
+    match the labels; ``summarize`` sums counters and weights rates by kernel time."""
+    from tutorials.megamoe.counters import parse_report, summarize
+
+    report = "\n".join([
+        "==PROF== Connected to process 1",
+        '"ID","Kernel Name","dram__bytes_read.sum","gpu__time_duration.sum","lts__t_sector_hit_rate.pct"',
+        '"","","byte","nsecond","%"',
+        '"0","warmup_kernel","5","10","50"',
+        '"1","spin_kernel(long)","0","1000","0"',
+        '"2","moe_persistent_gluon","1,000","300","60"',
+        '"3","spin_kernel(long)","0","1000","0"',
+        '"4","gemm_a","200","100","90"',
+        '"5","gemm_b","100","300","70"',
+    ])  # fmt: skip
+    rows = parse_report(report, ["call", "dense"])
+    assert [k["name"] for k in rows["call"]["kernels"]] == ["moe_persistent_gluon"]
+    assert rows["call"]["kernels"][0]["dram__bytes_read.sum"] == 1000.0
+    dense = summarize(rows["dense"]["kernels"])
+    assert dense["kernels"] == ["gemm_a", "gemm_b"]
+    assert (dense["dram__bytes_read.sum"], dense["gpu__time_duration.sum"]) == (300.0, 400.0)
+    assert dense["lts__t_sector_hit_rate.pct"] == pytest.approx((90 * 100 + 70 * 300) / 400)
+    with pytest.raises(ValueError, match="2 marker kernels in ncu's report for 3 rows"):
+        parse_report(report, ["call", "dense", "more"])
+    with pytest.raises(ValueError, match="more marker kernels than the 1 rows"):
+        parse_report(report, ["call"])
+
+
+def test_counters_without_ncu_says_what_to_install(monkeypatch):
+    """Without ncu ``counters`` stops before it profiles anything, naming Nsight Compute and ``--ncu``."""
+    from tutorials.megamoe import counters
+
+    monkeypatch.setattr(counters.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="install Nsight Compute or pass --ncu PATH"):
+        counters.main([])
