@@ -805,7 +805,8 @@ def test_power_draw_refuses_a_malformed_variant_before_it_samples():
 
 def test_counters_keep_the_metrics_ncu_knows_and_every_tensor_ops_base():
     """``counters.known_metrics`` keeps the wanted metrics whose base ``ncu --query-metrics`` lists, in the wanted
-    order, and adds each listed dense tensor-ops base of fp8 or bf16 sources as a sum."""
+    order, and adds each listed dense tensor-ops base of fp8 or bf16 sources as a sum and each stall reason's share
+    of the warps' active cycles."""
     from tutorials.megamoe.counters import known_metrics
 
     listing = "\n".join([
@@ -815,9 +816,12 @@ def test_counters_keep_the_metrics_ncu_knows_and_every_tensor_ops_base():
         "sm__ops_path_tensor_src_fp8_sparsity_on  Counter  # of math ops ... sparsity on",
         "sm__ops_path_tensor_src_fp16_dst_fp32 Counter   # of math ops ... FP16",
         "", "lts__t_sector_hit_rate                Ratio     hit rate",
+        "smsp__warp_issue_stalled_membar_per_warp_active  Ratio  ...",
+        "smsp__warp_issue_stalled_membar                  Counter  ...",
     ])  # fmt: skip
     assert known_metrics(listing) == ["gpu__time_duration.sum", "dram__bytes_read.sum", "lts__t_sector_hit_rate.pct",
-                                      "sm__ops_path_tensor_src_fp8.sum"]  # fmt: skip
+                                      "sm__ops_path_tensor_src_fp8.sum",
+                                      "smsp__warp_issue_stalled_membar_per_warp_active.pct"]  # fmt: skip
 
 
 def test_counters_split_ncus_report_at_the_markers_and_sum_each_row():

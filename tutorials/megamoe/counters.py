@@ -46,16 +46,19 @@ WANTED = (
 )
 # The tensor operations executed, by source type: every base with one of these prefixes, summed
 OPS_PREFIXES = ("sm__ops_path_tensor_src_fp8", "sm__ops_path_tensor_src_bf16_dst_fp32")
+# Where the warps wait: each stall reason's share of the warps' active cycles (loader and consumers together)
+STALL_PREFIX, STALL_SUFFIX = "smsp__warp_issue_stalled_", "_per_warp_active"
 MARKER = "spin_kernel"  # torch.cuda._sleep's kernel, launched before each row's kernels
 
 
 def known_metrics(listing: str) -> list[str]:
     """Of :data:`WANTED`, the metrics whose base name ``listing`` (``ncu --query-metrics``'s output: a base
     name first on each line) holds, then every listed base with a prefix of :data:`OPS_PREFIXES` as a sum
-    (its sparse variants left out: the call runs none)."""
+    (its sparse variants left out: the call runs none), then every stall reason's share (:data:`STALL_PREFIX`)."""
     bases = [line.split()[0] for line in listing.splitlines() if line.strip()]
     ops = [f"{base}.sum" for base in bases if base.startswith(OPS_PREFIXES) and "sparsity" not in base]
-    return [metric for metric in WANTED if metric.split(".")[0] in set(bases)] + ops
+    stalls = [f"{base}.pct" for base in bases if base.startswith(STALL_PREFIX) and base.endswith(STALL_SUFFIX)]
+    return [metric for metric in WANTED if metric.split(".")[0] in set(bases)] + ops + stalls
 
 
 def parse_report(text: str, labels: Sequence[str]) -> dict[str, dict]:
@@ -206,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         hit = row.get("lts__t_sector_hit_rate.pct", float("nan"))
         print(f"  {label:20s} {us:8.1f} us  {mhz:5.0f} MHz  HBM {mb:7.1f} MB  L2->SM {l2_mb:7.1f} MB  hit {hit:5.1f} %"
               f"  tensor pipe {tensor:5.1f} %  tensor ops {gops:7.1f} G")  # fmt: skip
+        stalls = sorted(((v, m[len(STALL_PREFIX) : -len(STALL_SUFFIX) - 4]) for m, v in row.items()
+                         if m.startswith(STALL_PREFIX)), reverse=True)[:5]  # fmt: skip
+        print("      stalled: " + ", ".join(f"{name} {v:.0f} %" for v, name in stalls))
     if args.json:
         from ..common.run_metadata import run_metadata
 
