@@ -294,38 +294,13 @@ def _tile_rows(layout_ptr, pid_m, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
 
 
 @gluon.jit
-def _expert_tile_of(layout_ptr, idx, N_TILES: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr):
-    """(pid_m, pid_n) of tile ``idx`` of an order that walks one expert's M tiles at a time, M fastest inside
-    the expert (its N_TILES N tiles in turn): every M tile reading a weight block does so at about the same
-    time, so each block comes from HBM once however an expert's tiles fall on ``_tile_of``'s groups."""
-    ee = gl.arange(0, EL_P2, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-    inside = ee < E_LOC
-    total = gl.load(layout_ptr + 1 + ee, mask=inside, other=0, cache_modifier=".cg")
-    first_tile = gl.load(layout_ptr + 1 + 2 * EL_P2 + ee, mask=inside, other=0, cache_modifier=".cg")
-    tiles = (total + QBLOCK - 1) // QBLOCK
-    expert = gl.sum(((first_tile + tiles) * N_TILES <= idx).to(gl.int32) * inside.to(gl.int32), axis=0)
-    this = ee == expert
-    first = gl.sum(gl.where(this, first_tile, 0), axis=0)
-    count = gl.maximum(gl.sum(gl.where(this, tiles, 0), axis=0), 1)
-    local = idx - first * N_TILES
-    return first + local % count, local // count
-
-
-@gluon.jit
 def _gemm_item(layout_ptr, item, n_mt, L1_START: gl.constexpr, L2_START: gl.constexpr, N1: gl.constexpr,
                CHUNK_TILES: gl.constexpr, E_LOC: gl.constexpr, EL_P2: gl.constexpr, GROUP_M: gl.constexpr):  # fmt: skip
     """(M tile, N tile, expert, first pair, end of the expert's pairs) of GEMM ``item`` (one of the call's
     ``n_mt`` M tiles). L2 items go a combine chunk of CHUNK_TILES N tiles at a time, so that a chunk's combine
     items can run while the later chunks' L2 tiles do."""
     is_l2 = item >= L2_START
-    if GROUP_M == 0:  # an expert's M tiles walked together
-        if is_l2:
-            per_chunk = n_mt * CHUNK_TILES
-            pid_m, pid_n = _expert_tile_of(layout_ptr, (item - L2_START) % per_chunk, CHUNK_TILES, E_LOC, EL_P2)
-            pid_n += (item - L2_START) // per_chunk * CHUNK_TILES
-        else:
-            pid_m, pid_n = _expert_tile_of(layout_ptr, item - L1_START, N1, E_LOC, EL_P2)
-    elif is_l2:
+    if is_l2:
         pid_m, pid_n = _chunked_tile_of(item - L2_START, n_mt, CHUNK_TILES, GROUP_M)
     else:
         pid_m, pid_n = _tile_of(item - L1_START, n_mt, N1, GROUP_M)

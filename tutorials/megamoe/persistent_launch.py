@@ -33,8 +33,7 @@ class PersistentConfig:
 
     GEMMs: ``block_m`` pairs per M tile (L1 and L2 share the M tiles), ``block_n1`` columns per gate/up
     half of an L1 tile, ``block_n2`` columns of an L2 tile, ``block_k`` the K step, ``group_m`` M tiles
-    walked together (M fastest inside; 0, the Gluon kernel only: each expert's M tiles), ``num_warps`` /
-    ``num_stages`` for the whole kernel. fp8 fixes
+    walked together (M fastest inside), ``num_warps`` / ``num_stages`` for the whole kernel. fp8 fixes
     ``block_k`` and ``block_n1`` at 128, the scale block. ``tma_w1`` / ``tma_w2`` / ``tma_h``: load the
     L1 weights, the L2 weights, the L2's h rows through TMA descriptors (else pointer loads). ``tma_a``:
     dispatch also copies each pair's A row to its place in the pair layout (``a_sorted``), and L1 loads
@@ -237,8 +236,8 @@ def _check(cfg: MoEConfig, pc: PersistentConfig) -> None:
         )
     if pc.block_m < 16:
         raise ValueError(f"PersistentConfig.block_m={pc.block_m}: tl.dot needs at least 16 rows")
-    if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 0 or (pc.group_m == 0 and not pc.gluon):
-        raise ValueError(f"PersistentConfig: programs >= 0, num_stages >= 1, group_m >= 1 (0 with gluon=1) (got {pc})")
+    if pc.programs < 0 or pc.num_stages < 1 or pc.group_m < 1:
+        raise ValueError(f"PersistentConfig: programs >= 0, num_stages >= 1, group_m >= 1 (got {pc})")
 
 
 def _route_cols(cfg: MoEConfig, pc: PersistentConfig) -> int:
