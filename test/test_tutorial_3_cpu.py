@@ -476,7 +476,6 @@ def test_gemm_phase_counts_the_rows_of_each_m_tile():
     assert landed_counts(layout, 4, 7, 128).tolist() == [128, 128, 44, 128, 1, 0, 0]
 
 
-
 def test_gemm_run_refuses_an_unknown_region_and_one_region_of_the_triton_kernel():
     """``gemm_phase.gemm_run`` names its regions for a region it does not have, and refuses L1 or L2 alone for
     the Triton kernel (whose L1 counts it does not restore), before it touches the layer."""
@@ -490,6 +489,7 @@ def test_gemm_run_refuses_an_unknown_region_and_one_region_of_the_triton_kernel(
     for region in ("l1", "l2"):
         with pytest.raises(ValueError, match=f"region '{region}' needs the Gluon kernel's L1 counts .gluon=1."):
             gemm_run(None, choose_persistent(cfg, gluon=False), None, None, None, region)
+
 
 @pytest.mark.parametrize(("knob", "cause"), [("gluon", "use NAME=VALUE"), ("block_mm=128", "use NAME=VALUE")])
 def test_check_refuses_a_knob_it_cannot_set_before_starting(knob, cause):

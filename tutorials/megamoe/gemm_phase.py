@@ -33,7 +33,9 @@ def landed_counts(layout: torch.Tensor, local_experts_p2: int, m_tiles: int, blo
     return torch.tensor(rows + [0] * (m_tiles - len(rows)), dtype=torch.int32, device=layout.device)
 
 
-REGIONS = ("gemm", "l1", "l2", "call")
+# Each region's first and end item, as names of the schedule's starts (None: item 0)
+REGION_ITEMS = {"gemm": ("L1_START", "COMBINE_START"), "l1": ("L1_START", "L2_START"),
+                "l2": ("L2_START", "COMBINE_START"), "call": (None, "N_ITEMS")}  # fmt: skip
 
 
 def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
@@ -48,8 +50,8 @@ def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
     from .gluon_persistent import PARTS
     from .persistent_launch import call_extras, persistent_launch, schedule
 
-    if region not in REGIONS:
-        raise ValueError(f"gemm_run: region {region!r} is not one of {REGIONS}")
+    if region not in REGION_ITEMS:
+        raise ValueError(f"gemm_run: region {region!r} is not one of {tuple(REGION_ITEMS)}")
     if region in ("l1", "l2") and not pc.gluon:
         raise ValueError(f"gemm_run: region {region!r} needs the Gluon kernel's L1 counts (gluon=1)")
     cfg = layer.cfg
@@ -68,9 +70,7 @@ def gemm_run(layer, pc, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
         restore[done : done + landed.numel()] = torch.where(landed > 0, l1_items, 0)
     programs = torch.cuda.get_device_properties(x.device).multi_processor_count
     launch = persistent_launch(cfg, pc, programs)
-    items = {"gemm": ("L1_START", "COMBINE_START"), "l1": ("L1_START", "L2_START"),
-             "l2": ("L2_START", "COMBINE_START")}  # fmt: skip
-    bounds = (0, starts["N_ITEMS"]) if region == "call" else tuple(starts[name] for name in items[region])
+    bounds = tuple(starts[name] if name else 0 for name in REGION_ITEMS[region])
     bindings = ChainMap(dict(zip(("item_begin", "item_end"), bounds, strict=True)), call_extras(cfg, pc, buffers),
                         layer._bindings(x, logits, y))  # fmt: skip
     args = launch.arguments(bindings)
